@@ -1,0 +1,16 @@
+//! C ABI of the CUDA driver API and NVML, for the subset vgpu interposes and
+//! simulates. Layouts follow `cuda.h` / `nvml.h` from CUDA 12.9; the
+//! `layout` tests pin sizes and offsets against the values those headers
+//! produce on x86_64 Linux.
+//!
+//! Result codes are `#[repr(transparent)]` newtypes, never Rust enums: a newer
+//! driver may return a code this crate does not know, and an enum would make
+//! that undefined behaviour.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![allow(non_camel_case_types, non_snake_case)]
+
+pub mod cuda;
+pub mod nvml;
+
+pub use cuda::*;
+pub use nvml::*;
