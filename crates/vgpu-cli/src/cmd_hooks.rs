@@ -1,0 +1,9 @@
+//! `vgpu hooks` (not built yet).
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("`vgpu hooks` is not implemented yet")
+}

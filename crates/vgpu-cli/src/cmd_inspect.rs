@@ -1,0 +1,9 @@
+//! `vgpu inspect` (not built yet).
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("`vgpu inspect` is not implemented yet")
+}

@@ -1,0 +1,9 @@
+//! `vgpu run` (not built yet).
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("`vgpu run` is not implemented yet")
+}
