@@ -1,1 +1,23 @@
-//! Placeholder; see the issue that builds this crate.
+//! `vgpu-sim`: a simulated NVIDIA GPU machine for GPU-free testing. It is a
+//! test double: everything it stands in for must also run against the real
+//! driver. See `docs/sim.md`.
+//!
+//! - [`config`]: profiles, `config.toml`, `VGPU_SIM_*` env.
+//! - [`state`]: the shared state file every driver process maps.
+//! - [`daemon`] / [`client`]: the machine's daemon (process records by host
+//!   PID, release on death) and its protocol.
+//! - [`machine`]: a process's view (memory, contexts, costs, kernels) that
+//!   the simulated `libcuda.so.1` / `libnvidia-ml.so.1` are thin over.
+//! - [`SimHandle`]: a private machine for tests.
+pub mod client;
+pub mod clock;
+pub mod config;
+pub mod daemon;
+mod handle;
+pub mod log;
+pub mod machine;
+pub mod state;
+
+pub use config::{ConfigError, CostModel, SimConfig};
+pub use handle::{link_libs, locate_artifact, SimError, SimHandle, SimOptions, LIB_LINKS};
+pub use machine::{CtxCost, Machine, MachineError};

@@ -1,0 +1,323 @@
+//! A process's view of the simulated machine: what the simulated CUDA and
+//! NVML libraries call. Memory admission, context counts, the cost model
+//! (with cross-process serialization of context creation by `flock`), and
+//! the kernel-execution model (one shared timeline per device).
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use rustix::fs::{flock, FlockOperation};
+
+use crate::client::{self, ClientError};
+use crate::clock::{now_ns, sleep_until, spend};
+use crate::daemon::{ctx_lock_path, state_path, CMD_ATTACH, CMD_REGISTER};
+use crate::state::{DeviceRec, ProcRec, State, StateError, PROC_LIVE};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    #[error("cannot reach the simulated machine")]
+    Client(#[source] ClientError),
+    #[error("cannot map the simulated machine's state")]
+    State(#[source] StateError),
+    #[error("this process's record on the simulated machine was released")]
+    Released,
+    #[error("no such simulated device {0}")]
+    NoDevice(usize),
+    #[error("simulated device {device} out of memory: {requested} bytes requested, {free} free")]
+    OutOfMemory { device: usize, requested: u64, free: u64 },
+    #[error("cannot take the context-creation lock {path}")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What kind of context creation a cost is paid for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CtxCost {
+    /// Primary-context retain that creates it (recorded in the retain log).
+    PrimaryCold,
+    /// `cuCtxCreate*`.
+    Create,
+}
+
+pub struct Machine {
+    pub dir: PathBuf,
+    pub state: State,
+    pub host_pid: u32,
+    /// `getpid()` when registered (differs after fork).
+    pub local_pid: u32,
+    record: Option<(usize, u64)>,
+    /// End times of this process's launches not yet finished.
+    pending: Mutex<Vec<u64>>,
+}
+
+impl Machine {
+    /// Connect to the machine in `sim_dir()`. `register` claims a process
+    /// record (the CUDA driver); NVML only attaches.
+    pub fn connect(register: bool) -> Result<Machine, MachineError> {
+        Self::connect_dir(&client::sim_dir(), register)
+    }
+
+    pub fn connect_dir(dir: &Path, register: bool) -> Result<Machine, MachineError> {
+        let cmd = if register { CMD_REGISTER } else { CMD_ATTACH };
+        let (host_pid, rec) = client::request(dir, cmd).map_err(MachineError::Client)?;
+        let state = State::open(&state_path(dir)).map_err(MachineError::State)?;
+        let record = if register {
+            let r = state.proc_rec(rec as usize);
+            Some((rec as usize, r.generation.load(Ordering::Acquire)))
+        } else {
+            None
+        };
+        Ok(Machine {
+            dir: dir.to_path_buf(),
+            state,
+            host_pid,
+            local_pid: std::process::id(),
+            record,
+            pending: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.state.device_count()
+    }
+
+    pub fn device(&self, dev: usize) -> Result<&DeviceRec, MachineError> {
+        self.state.device(dev).ok_or(MachineError::NoDevice(dev))
+    }
+
+    /// Device name as NVML and CUDA report it (says "simulated").
+    pub fn device_name(&self, dev: usize) -> Result<String, MachineError> {
+        let d = self.device(dev)?;
+        let end = d.name.iter().position(|b| *b == 0).unwrap_or(d.name.len());
+        Ok(String::from_utf8_lossy(&d.name[..end]).into_owned())
+    }
+
+    /// Stable per-device UUID bytes (derived from the index).
+    pub fn device_uuid(dev: usize) -> [u8; 16] {
+        let mut u = *b"vgpu-sim-uuid\0\0\0";
+        u[14] = (dev >> 8) as u8;
+        u[15] = dev as u8;
+        // RFC 4122 version/variant bits, so it prints like a real GPU UUID.
+        u[6] = (u[6] & 0x0f) | 0x40;
+        u[8] = (u[8] & 0x3f) | 0x80;
+        u
+    }
+
+    /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.
+    pub fn device_uuid_string(dev: usize) -> String {
+        let u = Self::device_uuid(dev);
+        let h: Vec<String> = u.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "GPU-{}-{}-{}-{}-{}",
+            h[0..4].concat(),
+            h[4..6].concat(),
+            h[6..8].concat(),
+            h[8..10].concat(),
+            h[10..16].concat()
+        )
+    }
+
+    fn rec(&self) -> Result<&ProcRec, MachineError> {
+        let (i, generation) = self.record.ok_or(MachineError::Released)?;
+        let r = self.state.proc_rec(i);
+        if r.state.load(Ordering::Acquire) != PROC_LIVE || r.generation.load(Ordering::Acquire) != generation {
+            return Err(MachineError::Released);
+        }
+        Ok(r)
+    }
+
+    /// Device memory in use on `dev` by every process.
+    pub fn used(&self, dev: usize) -> u64 {
+        self.state.used_bytes(dev)
+    }
+
+    /// Admit `bytes` on `dev` for this process or fail with out-of-memory.
+    /// The request goes into this process's record first, then the device
+    /// total is checked: two racers for the last bytes can never both win.
+    pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), MachineError> {
+        let cap = self.device(dev)?.memory_bytes;
+        let r = self.rec()?;
+        r.mem[dev].fetch_add(bytes, Ordering::SeqCst);
+        let used = self.state.used_bytes(dev);
+        if used > cap {
+            r.mem[dev].fetch_sub(bytes, Ordering::SeqCst);
+            return Err(MachineError::OutOfMemory {
+                device: dev,
+                requested: bytes,
+                free: cap.saturating_sub(used - bytes),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn unreserve(&self, dev: usize, bytes: u64) {
+        if let Ok(r) = self.rec() {
+            let _ = r.mem[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some(v.saturating_sub(bytes)));
+        }
+    }
+
+    /// This process's memory on `dev`.
+    pub fn my_mem(&self, dev: usize) -> u64 {
+        self.rec().map(|r| r.mem[dev].load(Ordering::SeqCst)).unwrap_or(0)
+    }
+
+    /// A context on `dev` came (+1) or went (-1).
+    pub fn count_context(&self, dev: usize, delta: i32) {
+        if let Ok(r) = self.rec() {
+            if delta >= 0 {
+                r.contexts[dev].fetch_add(delta as u32, Ordering::SeqCst);
+            } else {
+                let d = delta.unsigned_abs();
+                let _ = r.contexts[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some(v.saturating_sub(d)));
+            }
+        }
+    }
+
+    /// Pay the cost of creating a context; serialized machine-wide by a
+    /// `flock` (released by the kernel if the holder dies) when the cost
+    /// model says the driver serializes context creation.
+    pub fn context_creation(&self, dev: usize, kind: CtxCost) -> Result<(), MachineError> {
+        let h = self.state.header();
+        let cost = match kind {
+            CtxCost::PrimaryCold => h.primary_retain_cold_ns,
+            CtxCost::Create => h.ctx_create_ns,
+        };
+        let _lock = if h.serialize_context_creation != 0 {
+            let path = ctx_lock_path(&self.dir);
+            let lock_err = |source: std::io::Error| MachineError::Lock {
+                path: path.clone(),
+                source,
+            };
+            let f = File::options().read(true).write(true).open(&path).map_err(lock_err)?;
+            loop {
+                match flock(&f, FlockOperation::LockExclusive) {
+                    Ok(()) => break,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(lock_err(e.into())),
+                }
+            }
+            Some(f)
+        } else {
+            None
+        };
+        let start = now_ns();
+        spend(cost);
+        let end = now_ns();
+        if kind == CtxCost::PrimaryCold {
+            self.state.record_retain(self.host_pid, dev as u32, start, end);
+        }
+        // Dropping the file closes it, which releases the lock.
+        Ok(())
+    }
+
+    pub fn header(&self) -> &crate::state::Header {
+        self.state.header()
+    }
+
+    /// Occupy `dev` for `duration_ns`, after `after_ns` (the stream's last
+    /// work) and after everything already queued on the device (contexts
+    /// time-slice one device). Blocks first while this process has
+    /// `kernel_queue_depth` launches unfinished. Returns the end time.
+    pub fn launch(&self, dev: usize, after_ns: u64, duration_ns: u64) -> Result<u64, MachineError> {
+        let d = self.device(dev)?;
+        let depth = self.header().kernel_queue_depth.max(1) as usize;
+        loop {
+            let now = now_ns();
+            let wait = {
+                let mut q = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                q.retain(|e| *e > now);
+                if q.len() < depth {
+                    None
+                } else {
+                    q.iter().copied().min()
+                }
+            };
+            match wait {
+                None => break,
+                Some(t) => sleep_until(t),
+            }
+        }
+        let now = now_ns();
+        let mut cur = d.busy_until.load(Ordering::Acquire);
+        let (start, end) = loop {
+            let start = now.max(cur).max(after_ns);
+            let end = start + duration_ns;
+            match d
+                .busy_until
+                .compare_exchange_weak(cur, end, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break (start, end),
+                Err(v) => cur = v,
+            }
+        };
+        if duration_ns > 0 {
+            self.state.record_kernel(dev, self.host_pid, start, end);
+        }
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(end);
+        Ok(end)
+    }
+
+    /// Busy nanoseconds on `dev` within `[from, to)`, in total and per host pid.
+    pub fn busy(&self, dev: usize, from: u64, to: u64) -> (u64, Vec<(u32, u64)>) {
+        let mut total = 0;
+        let mut per: Vec<(u32, u64)> = Vec::new();
+        for (pid, s, e) in self.state.kernels(dev, from, to) {
+            let b = e.min(to).saturating_sub(s.max(from));
+            total += b;
+            match per.iter_mut().find(|(p, _)| *p == pid) {
+                Some((_, v)) => *v += b,
+                None => per.push((pid, b)),
+            }
+        }
+        (total, per)
+    }
+
+    /// Percent of the NVML sample window ending now in which a kernel ran.
+    pub fn utilization(&self, dev: usize) -> u32 {
+        let w = self.header().nvml_window_ns.max(1);
+        let now = now_ns();
+        let (busy, _) = self.busy(dev, now.saturating_sub(w), now);
+        ((busy.min(w) * 100 + w / 2) / w) as u32
+    }
+
+    /// Per-process SM utilization since `since_realtime_us` (0: the whole
+    /// window), as (host pid, percent, sample time in realtime us). Only
+    /// processes with non-zero utilization are listed.
+    pub fn process_utilization(&self, dev: usize, since_realtime_us: u64) -> Vec<(u32, u32, u64)> {
+        let h = self.header();
+        let w = h.nvml_window_ns.max(1);
+        let now = now_ns();
+        let mut from = now.saturating_sub(w);
+        if since_realtime_us > 0 {
+            let since_mono = (since_realtime_us as i64 * 1000 - h.realtime_offset_ns).max(0) as u64;
+            from = from.max(since_mono);
+        }
+        if from >= now {
+            return Vec::new();
+        }
+        let span = now - from;
+        let stamp = ((now as i64 + h.realtime_offset_ns) / 1000) as u64;
+        let (_, per) = self.busy(dev, from, now);
+        per.into_iter()
+            .filter(|(_, b)| *b > 0)
+            .map(|(pid, b)| (pid, ((b.min(span) * 100 + span / 2) / span) as u32, stamp))
+            .collect()
+    }
+
+    /// Processes holding a context on `dev`: (host pid, memory bytes).
+    pub fn compute_processes(&self, dev: usize) -> Vec<(u32, u64)> {
+        spend(self.header().nvml_snapshot_ns);
+        self.state
+            .live_procs()
+            .into_iter()
+            .filter_map(|(i, pid)| {
+                let r = self.state.proc_rec(i);
+                (r.contexts[dev].load(Ordering::SeqCst) > 0).then(|| (pid, r.mem[dev].load(Ordering::SeqCst)))
+            })
+            .collect()
+    }
+}
