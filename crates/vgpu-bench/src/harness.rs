@@ -243,7 +243,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, HarnessError> {
 
     let mut pids: Vec<Option<u32>> = Vec::with_capacity(n);
     let mut spawn_errors: Vec<Option<String>> = vec![None; n];
-    for i in 0..n {
+    for (i, spawn_error) in spawn_errors.iter_mut().enumerate() {
         let args = WorkerArgs {
             table_fd: std::os::fd::AsRawFd::as_raw_fd(&table.fd()),
             ready_w: sys::raw(&ready_w),
@@ -281,11 +281,17 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, HarnessError> {
                 cmd.env("LD_PRELOAD", lib);
             }
         }
-        let fds = [args.table_fd, args.ready_w, args.release_r, args.done_w, args.hold_r];
+        let fds = [
+            args.table_fd,
+            args.ready_w,
+            args.release_r,
+            args.done_w,
+            args.hold_r,
+        ];
         match sys::spawn_with_fds(&mut cmd, &fds) {
             Ok(pid) => pids.push(Some(pid)),
             Err(e) => {
-                spawn_errors[i] = Some(format!("spawn: {e}"));
+                *spawn_error = Some(format!("spawn: {e}"));
                 pids.push(None);
             }
         }
@@ -298,20 +304,25 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, HarnessError> {
     let mut timed_out = vec![false; n];
     let kill_unfinished = |timed_out: &mut Vec<bool>| {
         for (i, pid) in pids.iter().enumerate() {
-            let done = table.read(i).map(|s| s.state == slots::STATE_DONE).unwrap_or(false);
+            let done = table
+                .read(i)
+                .map(|s| s.state == slots::STATE_DONE)
+                .unwrap_or(false);
             if let (Some(pid), false) = (pid, done) {
                 sys::kill(*pid);
                 timed_out[i] = true;
             }
         }
     };
-    let (_, ready_eof) = sys::drain_until_eof(&ready_r, deadline).map_err(|e| HarnessError::Read("ready", e))?;
+    let (_, ready_eof) =
+        sys::drain_until_eof(&ready_r, deadline).map_err(|e| HarnessError::Read("ready", e))?;
     if !ready_eof {
         kill_unfinished(&mut timed_out);
     }
     let t_release = slots::monotonic_ns();
     drop(release_w); // the broadcast
-    let (_, done_eof) = sys::drain_until_eof(&done_r, deadline).map_err(|e| HarnessError::Read("done", e))?;
+    let (_, done_eof) =
+        sys::drain_until_eof(&done_r, deadline).map_err(|e| HarnessError::Read("done", e))?;
     if !done_eof {
         kill_unfinished(&mut timed_out);
     }
@@ -329,12 +340,24 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, HarnessError> {
     }
 
     let mut records = Vec::with_capacity(n);
-    for i in 0..n {
+    for (i, spawn_error) in spawn_errors.into_iter().enumerate() {
         let s = table.read(i).unwrap_or_default();
-        records.push(record(i, pids[i], &s, exits[i], timed_out[i], spawn_errors[i].take(), t_release));
+        records.push(record(
+            i,
+            pids[i],
+            &s,
+            exits[i],
+            timed_out[i],
+            spawn_error,
+            t_release,
+        ));
     }
     let region = snapshot.map(|snap| attach_region(&mut records, snap));
-    let worker_log = if records.iter().any(|r| !r.ok) { read_log(&log_path) } else { Vec::new() };
+    let worker_log = if records.iter().any(|r| !r.ok) {
+        read_log(&log_path)
+    } else {
+        Vec::new()
+    };
     Ok(summarize(cfg, records, region, worker_log, t_release))
 }
 
@@ -403,17 +426,33 @@ fn record(
     }
 }
 
-fn attach_region(records: &mut [WorkerRecord], snap: Result<RegionSnapshot, String>) -> RegionCounts {
+fn attach_region(
+    records: &mut [WorkerRecord],
+    snap: Result<RegionSnapshot, String>,
+) -> RegionCounts {
     let snap = match snap {
         Ok(s) => s,
-        Err(e) => return RegionCounts { error: Some(e), ..Default::default() },
+        Err(e) => {
+            return RegionCounts {
+                error: Some(e),
+                ..Default::default()
+            }
+        }
     };
-    let mut c = RegionCounts { slots_seen: snap.slots.len(), ..Default::default() };
-    let by_pid: BTreeMap<u32, &region_view::SlotTelemetry> = snap.slots.iter().map(|s| (s.pid, s)).collect();
+    let mut c = RegionCounts {
+        slots_seen: snap.slots.len(),
+        ..Default::default()
+    };
+    let by_pid: BTreeMap<u32, &region_view::SlotTelemetry> =
+        snap.slots.iter().map(|s| (s.pid, s)).collect();
     for r in records.iter_mut() {
-        let Some(t) = r.pid.and_then(|p| by_pid.get(&p)) else { continue };
+        let Some(t) = r.pid.and_then(|p| by_pid.get(&p)) else {
+            continue;
+        };
         c.workers_matched += 1;
-        *c.by_identity_tier.entry(t.identity_tier.clone()).or_default() += 1;
+        *c.by_identity_tier
+            .entry(t.identity_tier.clone())
+            .or_default() += 1;
         c.fallbacks += t.fallbacks;
         c.post_init_waits += t.post_init_waits;
         r.phases_ns = Some(t.phases);
@@ -467,15 +506,31 @@ fn summarize(
     let s = Summary::of(&lat);
     let mut failures = BTreeMap::new();
     for r in records.iter().filter(|r| !r.ok) {
-        *failures.entry(r.reason.clone().unwrap_or_default()).or_insert(0) += 1;
+        *failures
+            .entry(r.reason.clone().unwrap_or_default())
+            .or_insert(0) += 1;
     }
-    let wall_ms = records.iter().filter_map(|r| r.return_offset_ms).reduce(f64::max);
-    let release_spread_ms = records.iter().filter_map(|r| r.release_offset_ms).reduce(f64::max);
+    let wall_ms = records
+        .iter()
+        .filter_map(|r| r.return_offset_ms)
+        .reduce(f64::max);
+    let release_spread_ms = records
+        .iter()
+        .filter_map(|r| r.release_offset_ms)
+        .reduce(f64::max);
     let cpu_ms_total = records.iter().filter_map(|r| r.cpu_ms).sum();
 
     // Ranked workers for the phase composition.
-    let mut ranked: Vec<&WorkerRecord> = ok.iter().copied().filter(|r| r.latency_ms.is_some()).collect();
-    ranked.sort_by(|a, b| a.latency_ms.unwrap_or(0.0).total_cmp(&b.latency_ms.unwrap_or(0.0)));
+    let mut ranked: Vec<&WorkerRecord> = ok
+        .iter()
+        .copied()
+        .filter(|r| r.latency_ms.is_some())
+        .collect();
+    ranked.sort_by(|a, b| {
+        a.latency_ms
+            .unwrap_or(0.0)
+            .total_cmp(&b.latency_ms.unwrap_or(0.0))
+    });
     let mut compositions = Vec::new();
     for (rank, p) in [("p50", 50.0), ("p95", 95.0), ("p99", 99.0), ("max", 100.0)] {
         if let Some(i) = stats::nearest_rank_index(ranked.len(), p) {
@@ -484,7 +539,12 @@ fn summarize(
                 rank,
                 index: r.index,
                 latency_ms: r.latency_ms.unwrap_or(0.0),
-                segments: phases::compose(r.t_entry_ns, r.t_init_return_ns, r.t_return_ns, r.phases_ns.as_ref()),
+                segments: phases::compose(
+                    r.t_entry_ns,
+                    r.t_init_return_ns,
+                    r.t_return_ns,
+                    r.phases_ns.as_ref(),
+                ),
             });
         }
     }
@@ -506,5 +566,11 @@ fn summarize(
         then: cfg.then.as_str(),
         resolve: cfg.resolve.as_str(),
     };
-    RunResult { summary, compositions, region, worker_log, workers: records }
+    RunResult {
+        summary,
+        compositions,
+        region,
+        worker_log,
+        workers: records,
+    }
 }

@@ -10,10 +10,11 @@
 //! p99 against N; [`plot`] draws the SVG.
 pub mod harness;
 pub mod phases;
+pub mod plot;
 pub mod region_view;
+pub mod report;
 pub mod slots;
 pub mod stats;
+pub mod sweep;
 pub mod sys;
 pub mod worker;
-pub mod plot;
-pub mod report;

@@ -59,10 +59,16 @@ pub fn compose(
                 if t == 0 {
                     continue;
                 }
-                out.push(Segment { name: SEGMENT_ENDING_AT[i].to_string(), ms: ms(prev, t) });
+                out.push(Segment {
+                    name: SEGMENT_ENDING_AT[i].to_string(),
+                    ms: ms(prev, t),
+                });
                 prev = t;
             }
-            out.push(Segment { name: "return".to_string(), ms: ms(prev, t_init_return) });
+            out.push(Segment {
+                name: "return".to_string(),
+                ms: ms(prev, t_init_return),
+            });
         }
         _ => out.push(Segment {
             name: "cuInit (unattributed)".to_string(),
@@ -70,7 +76,10 @@ pub fn compose(
         }),
     }
     if t_return > t_init_return {
-        out.push(Segment { name: "then".to_string(), ms: ms(t_init_return, t_return) });
+        out.push(Segment {
+            name: "then".to_string(),
+            ms: ms(t_init_return, t_return),
+        });
     }
     out
 }
@@ -106,7 +115,16 @@ mod tests {
         let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
-            ["dispatch", "map region", "claim slot", "pre-init", "driver cuInit", "post-init", "wrapper exit", "return"]
+            [
+                "dispatch",
+                "map region",
+                "claim slot",
+                "pre-init",
+                "driver cuInit",
+                "post-init",
+                "wrapper exit",
+                "return"
+            ]
         );
         let total: f64 = s.iter().map(|s| s.ms).sum();
         assert!((total - 120e-6).abs() < 1e-12);

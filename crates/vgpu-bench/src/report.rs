@@ -87,7 +87,11 @@ impl SweepReport {
 
     /// Runs of one mode sorted by worker count then repeat.
     pub fn runs_of(&self, mode: &str) -> Vec<&Run> {
-        let mut v: Vec<&Run> = self.runs.iter().filter(|r| r.result.summary.mode == mode).collect();
+        let mut v: Vec<&Run> = self
+            .runs
+            .iter()
+            .filter(|r| r.result.summary.mode == mode)
+            .collect();
         v.sort_by_key(|r| (r.result.summary.workers, r.repeat));
         v
     }
@@ -110,13 +114,20 @@ fn fits(runs: &[Run]) -> Vec<ModeFit> {
     by_mode
         .into_iter()
         .filter_map(|(mode, pts)| {
-            stats::least_squares(&pts).map(|Fit { intercept, slope, r2, points }| ModeFit {
-                mode,
-                intercept_ms: intercept,
-                slope_ms_per_process: slope,
-                r2,
-                points,
-            })
+            stats::least_squares(&pts).map(
+                |Fit {
+                     intercept,
+                     slope,
+                     r2,
+                     points,
+                 }| ModeFit {
+                    mode,
+                    intercept_ms: intercept,
+                    slope_ms_per_process: slope,
+                    r2,
+                    points,
+                },
+            )
         })
         .collect()
 }
@@ -138,13 +149,28 @@ pub fn text(rep: &SweepReport) -> String {
     let _ = writeln!(o, "# command:  {}", h.command);
     let _ = writeln!(o, "# revision: {}", h.revision);
     let _ = writeln!(o, "# driver:   {}", h.driver);
-    let _ = writeln!(o, "# machine:  {} CPUs, {}, kernel {}", h.cpus, h.cpu_model, h.kernel);
+    let _ = writeln!(
+        o,
+        "# machine:  {} CPUs, {}, kernel {}",
+        h.cpus, h.cpu_model, h.kernel
+    );
     if h.order.len() > 1 {
-        let _ = writeln!(o, "# order (randomized, seed {}): {}", h.seed, h.order.join(" "));
+        let _ = writeln!(
+            o,
+            "# order (randomized, seed {}): {}",
+            h.seed,
+            h.order.join(" ")
+        );
     }
-    let _ = writeln!(o, "# latency = cuInit entry to return of the measured calls, per worker, ms");
+    let _ = writeln!(
+        o,
+        "# latency = cuInit entry to return of the measured calls, per worker, ms"
+    );
     let _ = writeln!(o, "# percentiles: {}", rep.percentile_definition);
-    let _ = writeln!(o, "# failed workers are counted, never part of a percentile");
+    let _ = writeln!(
+        o,
+        "# failed workers are counted, never part of a percentile"
+    );
     let _ = writeln!(o, "# wall = broadcast release to the last worker's return; cpu = summed user+sys of all workers");
     for mode in rep.modes() {
         let _ = writeln!(o);
@@ -152,11 +178,25 @@ pub fn text(rep: &SweepReport) -> String {
         let _ = writeln!(
             o,
             "  {:>7} {:>3} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}  failures",
-            "workers", "rep", "ok", "failed", "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "wall_ms", "cpu_ms"
+            "workers",
+            "rep",
+            "ok",
+            "failed",
+            "p50_ms",
+            "p95_ms",
+            "p99_ms",
+            "max_ms",
+            "mean_ms",
+            "wall_ms",
+            "cpu_ms"
         );
         for r in rep.runs_of(&mode) {
             let s = &r.result.summary;
-            let fails: Vec<String> = s.failures.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let fails: Vec<String> = s
+                .failures
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
             let _ = writeln!(
                 o,
                 "  {:>7} {:>3} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10.1}  {}",
@@ -171,7 +211,11 @@ pub fn text(rep: &SweepReport) -> String {
                 f(s.mean_ms),
                 f(s.wall_ms),
                 s.cpu_ms_total,
-                if fails.is_empty() { "-".into() } else { fails.join(", ") }
+                if fails.is_empty() {
+                    "-".into()
+                } else {
+                    fails.join(", ")
+                }
             );
         }
         if let Some(fit) = rep.fits.iter().find(|x| x.mode == mode) {
@@ -186,7 +230,11 @@ pub fn text(rep: &SweepReport) -> String {
             let res = &r.result;
             let _ = writeln!(o, "  phase composition at N={} (ms):", res.summary.workers);
             for c in &res.compositions {
-                let segs: Vec<String> = c.segments.iter().map(|s| format!("{} {:.3}", s.name, s.ms)).collect();
+                let segs: Vec<String> = c
+                    .segments
+                    .iter()
+                    .map(|s| format!("{} {:.3}", s.name, s.ms))
+                    .collect();
                 let _ = writeln!(
                     o,
                     "    {:>4} worker #{:<4} {:>10.3}  = {}",
@@ -202,8 +250,11 @@ pub fn text(rep: &SweepReport) -> String {
                         let _ = writeln!(o, "  region: not read: {e}");
                     }
                     None => {
-                        let tiers: Vec<String> =
-                            reg.by_identity_tier.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                        let tiers: Vec<String> = reg
+                            .by_identity_tier
+                            .iter()
+                            .map(|(k, v)| format!("{k} {v}"))
+                            .collect();
                         let _ = writeln!(
                             o,
                             "  region: {} slots, {} workers matched; identity tiers: {}; fallbacks {}; post-init waits {}; phase vectors monotonic {}/{}",
@@ -299,7 +350,11 @@ pub fn raw_csv(rep: &SweepReport) -> String {
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in &rep.runs {
         for w in &r.result.workers {
-            let reason = w.reason.clone().unwrap_or_default().replace([',', '"', '\n'], " ");
+            let reason = w
+                .reason
+                .clone()
+                .unwrap_or_default()
+                .replace([',', '"', '\n'], " ");
             let _ = write!(
                 o,
                 "{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",

@@ -91,7 +91,11 @@ impl ResultTable {
         file.set_len(len).map_err(|e| SlotsError::Size(len, e))?;
         let map = MmapRaw::map_raw(&file).map_err(SlotsError::Map)?;
         Self::check_align(&map)?;
-        Ok(ResultTable { fd: file.into(), map, count })
+        Ok(ResultTable {
+            fd: file.into(),
+            map,
+            count,
+        })
     }
 
     /// Map an inherited table (in the worker).
@@ -100,12 +104,16 @@ impl ResultTable {
         let map = MmapRaw::map_raw(&file).map_err(SlotsError::Map)?;
         Self::check_align(&map)?;
         let count = map.len() / std::mem::size_of::<ResultSlot>();
-        Ok(ResultTable { fd: file.into(), map, count })
+        Ok(ResultTable {
+            fd: file.into(),
+            map,
+            count,
+        })
     }
 
     fn check_align(map: &MmapRaw) -> Result<(), SlotsError> {
         // Page-aligned in practice; checked because `slot` relies on it.
-        if map.as_ptr() as usize % std::mem::align_of::<ResultSlot>() != 0 {
+        if !(map.as_ptr() as usize).is_multiple_of(std::mem::align_of::<ResultSlot>()) {
             return Err(SlotsError::Misaligned);
         }
         Ok(())
@@ -127,7 +135,10 @@ impl ResultTable {
     pub fn slot(&self, index: usize) -> Result<&ResultSlot, SlotsError> {
         let size = std::mem::size_of::<ResultSlot>();
         if index >= self.count || (index + 1) * size > self.map.len() {
-            return Err(SlotsError::OutOfRange { len: self.map.len(), index });
+            return Err(SlotsError::OutOfRange {
+                len: self.map.len(),
+                index,
+            });
         }
         // SAFETY: the range [index*64, index*64+64) lies inside the mapping
         // (checked above), which lives as long as `self`; the base is 64-byte
@@ -180,10 +191,16 @@ mod tests {
         let w = ResultTable::open(dup).unwrap();
         assert_eq!(w.len(), 5);
         w.slot(3).unwrap().t_entry.store(42, Ordering::Relaxed);
-        w.slot(3).unwrap().state.store(STATE_DONE, Ordering::Release);
+        w.slot(3)
+            .unwrap()
+            .state
+            .store(STATE_DONE, Ordering::Release);
         let c = t.read(3).unwrap();
         assert_eq!((c.state, c.t_entry), (STATE_DONE, 42));
-        assert!(matches!(t.slot(5), Err(SlotsError::OutOfRange { index: 5, .. })));
+        assert!(matches!(
+            t.slot(5),
+            Err(SlotsError::OutOfRange { index: 5, .. })
+        ));
     }
 
     #[test]

@@ -95,8 +95,17 @@ pub fn least_squares(points: &[(f64, f64)]) -> Option<Fit> {
         .iter()
         .map(|p| (p.1 - (intercept + slope * p.0)).powi(2))
         .sum();
-    let r2 = if ss_tot == 0.0 { 1.0 } else { 1.0 - ss_res / ss_tot };
-    Some(Fit { intercept, slope, r2, points: points.len() })
+    let r2 = if ss_tot == 0.0 {
+        1.0
+    } else {
+        1.0 - ss_res / ss_tot
+    };
+    Some(Fit {
+        intercept,
+        slope,
+        r2,
+        points: points.len(),
+    })
 }
 
 #[cfg(test)]
@@ -135,7 +144,10 @@ mod tests {
 
     #[test]
     fn least_squares_recovers_a_line() {
-        let pts: Vec<(f64, f64)> = [1.0, 2.0, 8.0, 32.0].iter().map(|&x| (x, 3.0 + 0.5 * x)).collect();
+        let pts: Vec<(f64, f64)> = [1.0, 2.0, 8.0, 32.0]
+            .iter()
+            .map(|&x| (x, 3.0 + 0.5 * x))
+            .collect();
         let f = least_squares(&pts).unwrap();
         assert!((f.slope - 0.5).abs() < 1e-9);
         assert!((f.intercept - 3.0).abs() < 1e-9);

@@ -72,7 +72,12 @@ pub fn wait_child(pid: u32) -> std::io::Result<Exit> {
     } else {
         (None, None)
     };
-    Ok(Exit { code, signal, utime_us: tv(ru.ru_utime), stime_us: tv(ru.ru_stime) })
+    Ok(Exit {
+        code,
+        signal,
+        utime_us: tv(ru.ru_utime),
+        stime_us: tv(ru.ru_stime),
+    })
 }
 
 /// SIGKILL one child (ignoring "already gone").
@@ -97,7 +102,11 @@ pub fn drain_until_eof(fd: &OwnedFd, deadline: Instant) -> std::io::Result<(usiz
         let left = deadline - now;
         let ts = rustix::time::Timespec {
             tv_sec: left.as_secs().min(1) as _,
-            tv_nsec: if left.as_secs() >= 1 { 0 } else { left.subsec_nanos() as _ },
+            tv_nsec: if left.as_secs() >= 1 {
+                0
+            } else {
+                left.subsec_nanos() as _
+            },
         };
         let mut pfd = [PollFd::new(fd, PollFlags::IN)];
         match poll(&mut pfd, Some(&ts)) {

@@ -45,7 +45,9 @@ impl std::str::FromStr for Then {
             "none" => Ok(Then::None),
             "ctx" => Ok(Then::Ctx),
             "alloc" => Ok(Then::Alloc),
-            _ => Err(format!("unknown --then value {s:?} (expected none, ctx or alloc)")),
+            _ => Err(format!(
+                "unknown --then value {s:?} (expected none, ctx or alloc)"
+            )),
         }
     }
 }
@@ -77,7 +79,9 @@ impl std::str::FromStr for Resolve {
         match s {
             "default" => Ok(Resolve::Default),
             "handle" => Ok(Resolve::Handle),
-            _ => Err(format!("unknown --resolve value {s:?} (expected default or handle)")),
+            _ => Err(format!(
+                "unknown --resolve value {s:?} (expected default or handle)"
+            )),
         }
     }
 }
@@ -134,12 +138,19 @@ impl WorkerArgs {
                     let parsed: Result<Vec<RawFd>, _> = v.split(',').map(str::parse).collect();
                     match parsed {
                         Ok(p) if p.len() == 5 && p.iter().all(|&f| f >= 0) => fds = Some(p),
-                        _ => return Err(format!("--fds wants 5 comma-separated fd numbers, got {v:?}")),
+                        _ => {
+                            return Err(format!(
+                                "--fds wants 5 comma-separated fd numbers, got {v:?}"
+                            ))
+                        }
                     }
                 }
                 "--index" => {
                     let v = val()?;
-                    index = Some(v.parse().map_err(|_| format!("--index: not a number: {v:?}"))?);
+                    index = Some(
+                        v.parse()
+                            .map_err(|_| format!("--index: not a number: {v:?}"))?,
+                    );
                 }
                 "--then" => then = val()?.parse()?,
                 "--resolve" => resolve = val()?.parse()?,
@@ -171,7 +182,9 @@ fn take_fd(fd: RawFd) -> Result<OwnedFd, String> {
     )
     .is_err()
     {
-        return Err(format!("fd {fd} is not open (run me through `vgpu bench init`)"));
+        return Err(format!(
+            "fd {fd} is not open (run me through `vgpu bench init`)"
+        ));
     }
     // SAFETY: fd is open (checked above), was handed to this process for its
     // exclusive use by the harness, and is wrapped exactly once.
@@ -220,11 +233,14 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
             return Ok(EXIT_NO_DRIVER);
         }
     };
-    slot.resolve_ns.store(slots::monotonic_ns() - t0, Ordering::Relaxed);
+    slot.resolve_ns
+        .store(slots::monotonic_ns() - t0, Ordering::Relaxed);
 
     slot.t_ready.store(slots::monotonic_ns(), Ordering::Relaxed);
     slot.state.store(slots::STATE_READY, Ordering::Release);
-    ready.write_all(b"r").map_err(|e| format!("ready pipe: {e}"))?;
+    ready
+        .write_all(b"r")
+        .map_err(|e| format!("ready pipe: {e}"))?;
     drop(ready);
 
     // The broadcast: the harness closes the write end; every worker sees EOF.
@@ -237,7 +253,8 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
             Err(e) => return Err(format!("release pipe: {e}")),
         }
     }
-    slot.t_released.store(slots::monotonic_ns(), Ordering::Relaxed);
+    slot.t_released
+        .store(slots::monotonic_ns(), Ordering::Relaxed);
     slot.state.store(slots::STATE_RELEASED, Ordering::Release);
     drop(release);
     if a.abort {
@@ -247,17 +264,20 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
     slot.t_entry.store(slots::monotonic_ns(), Ordering::Relaxed);
     slot.state.store(slots::STATE_ENTERED, Ordering::Release);
     let r = api.cu_init();
-    slot.t_init_return.store(slots::monotonic_ns(), Ordering::Relaxed);
+    slot.t_init_return
+        .store(slots::monotonic_ns(), Ordering::Relaxed);
     let mut then_r = 0;
     if r == 0 {
         then_r = api.then();
     }
-    slot.t_return.store(slots::monotonic_ns(), Ordering::Relaxed);
+    slot.t_return
+        .store(slots::monotonic_ns(), Ordering::Relaxed);
     slot.init_result.store(r, Ordering::Relaxed);
     slot.then_result.store(then_r, Ordering::Relaxed);
     slot.state.store(slots::STATE_DONE, Ordering::Release);
 
-    done.write_all(b"d").map_err(|e| format!("done pipe: {e}"))?;
+    done.write_all(b"d")
+        .map_err(|e| format!("done pipe: {e}"))?;
     drop(done);
     // Hold (slot still registered in the region) until the harness snapshots.
     let _ = hold.read(&mut b);
@@ -316,7 +336,9 @@ mod ffi {
         pub fn load(resolve: Resolve, then: Then) -> Result<Api, String> {
             // SAFETY: a constant NUL-terminated name; RTLD_GLOBAL like an
             // application linked with -lcuda.
-            let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            let h = unsafe {
+                libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL)
+            };
             if h.is_null() {
                 return Err(format!("dlopen(libcuda.so.1): {}", dlerror()));
             }
@@ -327,11 +349,13 @@ mod ffi {
             let init = sym(scope, c"cuInit")?;
             let (mut device_get, mut ctx_create, mut mem_alloc) = (None, None, None);
             if then != Then::None {
-                // SAFETY (all three transmutes): the driver exports these names
-                // with exactly these C signatures (cuda.h, CUDA 12.x ABI).
-                device_get = Some(unsafe {
-                    std::mem::transmute::<*mut c_void, CuDeviceGet>(sym(scope, c"cuDeviceGet")?)
-                });
+                device_get = Some(
+                    // SAFETY: the driver exports these names with exactly
+                    // these C signatures (cuda.h, CUDA 12.x ABI).
+                    unsafe {
+                        std::mem::transmute::<*mut c_void, CuDeviceGet>(sym(scope, c"cuDeviceGet")?)
+                    },
+                );
                 // SAFETY: as above.
                 ctx_create = Some(unsafe {
                     std::mem::transmute::<*mut c_void, CuCtxCreate>(sym(scope, c"cuCtxCreate_v2")?)
@@ -339,7 +363,10 @@ mod ffi {
                 if then == Then::Alloc {
                     // SAFETY: as above.
                     mem_alloc = Some(unsafe {
-                        std::mem::transmute::<*mut c_void, CuMemAlloc>(sym(scope, c"cuMemAlloc_v2")?)
+                        std::mem::transmute::<*mut c_void, CuMemAlloc>(sym(
+                            scope,
+                            c"cuMemAlloc_v2",
+                        )?)
                     });
                 }
             }
@@ -406,10 +433,17 @@ mod tests {
             abort: true,
         };
         assert_eq!(WorkerArgs::parse(&a.to_args()).unwrap(), a);
-        let bad = |v: &[&str]| WorkerArgs::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert!(bad(&["--fds", "1,2,3", "--index", "0"]).unwrap_err().contains("5 comma-separated"));
-        assert!(bad(&["--fds", "1,2,3,4,5"]).unwrap_err().contains("--index"));
-        assert!(bad(&["--fds", "1,2,3,4,5", "--index", "0", "--then", "x"]).unwrap_err().contains("--then"));
+        let bad =
+            |v: &[&str]| WorkerArgs::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(bad(&["--fds", "1,2,3", "--index", "0"])
+            .unwrap_err()
+            .contains("5 comma-separated"));
+        assert!(bad(&["--fds", "1,2,3,4,5"])
+            .unwrap_err()
+            .contains("--index"));
+        assert!(bad(&["--fds", "1,2,3,4,5", "--index", "0", "--then", "x"])
+            .unwrap_err()
+            .contains("--then"));
         assert!(bad(&["--bogus"]).unwrap_err().contains("--bogus"));
     }
 }

@@ -1,12 +1,128 @@
-//! `vgpu bench …` (not built yet).
+//! `vgpu bench …`: benchmarks. `init` is the burst-init instrument (issue 5,
+//! docs/bench.md).
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use vgpu_bench::{plot, report, sweep, worker};
 
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {
-    /// Placeholder until the subcommands land.
-    Placeholder,
+    /// Burst cuInit: N fresh processes released at once; latency percentiles,
+    /// failures by reason, phase composition, p99-vs-N fit.
+    Init(InitArgs),
 }
 
-pub fn run(_cmd: BenchCmd) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`vgpu bench` is not implemented yet")
+#[derive(clap::Args)]
+pub struct InitArgs {
+    /// Workers per run (ignored with --sweep).
+    #[arg(long, default_value_t = 32)]
+    workers: usize,
+    /// Comma-separated worker counts, e.g. 1,2,8,32,128,240,300.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Option<Vec<usize>>,
+    /// Runs per condition.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Modes (comma-separated or repeated): native, vgpu, legacy (the
+    /// test-only serialized-probe interposer), preload:PATH.
+    #[arg(long = "mode", value_delimiter = ',', default_value = "native")]
+    modes: Vec<String>,
+    /// Use the simulated driver with this cost profile (default profile
+    /// a100-burst; the default anyway when no NVIDIA driver is present).
+    #[arg(long, num_args = 0..=1, default_missing_value = sweep::DEFAULT_SIM_PROFILE)]
+    sim: Option<String>,
+    /// Calls after cuInit inside the measured span: none, ctx, alloc.
+    #[arg(long, default_value = "none")]
+    then: worker::Then,
+    /// How workers resolve cuInit: default (like -lcuda) or handle (dlsym on
+    /// the libcuda handle, like libcudart).
+    #[arg(long, default_value = "default")]
+    resolve: worker::Resolve,
+    /// Write the full JSON (header, summaries, raw per-worker records).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write one CSV line per worker.
+    #[arg(long)]
+    raw: Option<PathBuf>,
+    /// Write the SVG plot.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Also write the text report to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Per-run deadline in seconds; stragglers are killed and counted failed.
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+    /// Seed of the randomized condition order (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Test hook: these worker indices abort right after the release.
+    #[arg(long, value_delimiter = ',', hide = true)]
+    crash_worker: Vec<usize>,
+}
+
+pub fn run(cmd: BenchCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCmd::Init(a) => init(a),
+    }
+}
+
+fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
+    let command = std::iter::once("vgpu".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let modes = a
+        .modes
+        .iter()
+        .map(|m| sweep::parse_mode(m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let workers = a.sweep.clone().unwrap_or_else(|| vec![a.workers]);
+    if workers.contains(&0) {
+        anyhow::bail!("worker counts must be at least 1 (got 0)");
+    }
+    let worker_exe = sweep::artifact("vgpu-bench-worker")?;
+    let (driver, note) = sweep::Driver::select(a.sim.as_deref())?;
+    eprintln!("vgpu bench init: {note}");
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let cfg = sweep::SweepConfig {
+        modes,
+        workers,
+        repeat: a.repeat,
+        then: a.then,
+        resolve: a.resolve,
+        worker_exe,
+        env: driver.env(),
+        timeout: Duration::from_secs(a.timeout_s),
+        seed,
+        crash: a.crash_worker.clone(),
+    };
+    let header = sweep::machine_header(command, &driver);
+    let rep = sweep::run(&cfg, header, &mut |line| eprintln!("vgpu bench init: {line}"))?;
+    let text = report::text(&rep);
+    print!("{text}");
+    let write = |path: &Option<PathBuf>, body: String| -> anyhow::Result<()> {
+        if let Some(p) = path {
+            std::fs::write(p, body).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        Ok(())
+    };
+    write(&a.report, text.clone())?;
+    write(&a.json, report::json(&rep))?;
+    write(&a.raw, report::raw_csv(&rep))?;
+    write(&a.plot, plot::svg(&rep))?;
+    drop(driver);
+    let failed = rep.total_failed();
+    if failed > 0 {
+        eprintln!("vgpu bench init: {failed} worker(s) failed (see failures above)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
