@@ -1,0 +1,400 @@
+//! The lock-free algorithms over a region's structs: claim, reclaim,
+//! admission, release. They see the region only as `View` (references to
+//! the structs), so the loom model runs them over a small in-memory region
+//! and the real code over the mapped file.
+//!
+//! Why admission is exact (DESIGN.md section 4): a racer adds its request to
+//! its own slot's `total` first, then sums every slot's `total` (all
+//! SeqCst). Take the admitted reservation whose sum came last in the SeqCst
+//! order: every other admitted racer's add preceded its own sum, hence this
+//! one, so this sum saw all of them and was within the limit. A racer that
+//! saw too much takes its request back; it retries (bounded, with back-off)
+//! only while the others' total leaves room, so a round of racers that all
+//! backed off together does not leave everyone empty-handed.
+
+use crate::layout::{RawHeader, RawSlot, RawSlotDevice, MAX_DEVICES, NS_TABLE_LEN};
+use crate::sync::{AtomicU64, Ordering::SeqCst};
+
+/// Slot states (top two bits of the owner word).
+pub const ST_FREE: u64 = 0;
+/// Claimed by a process (alive or not yet found dead).
+pub const ST_LIVE: u64 = 1;
+/// Being cleared by the process named in the word.
+pub const ST_RECLAIMING: u64 = 2;
+
+const STATE_SHIFT: u32 = 62;
+const NS_SHIFT: u32 = 56;
+const NS_MASK: u64 = 0x3f;
+const PID_SHIFT: u32 = 34;
+const PID_MASK: u64 = (1 << 22) - 1;
+/// Mask of the start-time bits kept in the owner word.
+pub const START_MASK: u64 = (1 << 34) - 1;
+
+/// A process identity as stored in an owner word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Index into the header's namespace table.
+    pub ns_index: u8,
+    /// PID in that namespace (< 2^22, the kernel's PID_MAX_LIMIT).
+    pub pid: u32,
+    /// Process start time, low 34 bits of clock ticks (5 years at 100 Hz).
+    pub start34: u64,
+}
+
+/// Packs a state and an owner into one word.
+pub fn encode(state: u64, o: Owner) -> u64 {
+    (state << STATE_SHIFT)
+        | ((o.ns_index as u64 & NS_MASK) << NS_SHIFT)
+        | ((o.pid as u64 & PID_MASK) << PID_SHIFT)
+        | (o.start34 & START_MASK)
+}
+
+/// Unpacks an owner word.
+pub fn decode(w: u64) -> (u64, Owner) {
+    (
+        w >> STATE_SHIFT,
+        Owner {
+            ns_index: ((w >> NS_SHIFT) & NS_MASK) as u8,
+            pid: ((w >> PID_SHIFT) & PID_MASK) as u32,
+            start34: w & START_MASK,
+        },
+    )
+}
+
+/// What the algorithms need from the outside world.
+pub trait Env {
+    /// Is this owner (same namespace as the caller) certainly gone?
+    fn is_dead(&self, o: Owner) -> bool;
+    /// A named step (fail points in test builds; nothing otherwise).
+    fn step(&self, _name: &'static str) {}
+}
+
+/// The region as the algorithms see it.
+pub struct View<'a> {
+    /// The header.
+    pub header: &'a RawHeader,
+    /// All slots.
+    pub slots: &'a [RawSlot],
+}
+
+/// Memory kind of a reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum MemKind {
+    /// Context memory.
+    Context,
+    /// Module (code) memory.
+    Module,
+    /// Data allocations.
+    Data,
+}
+
+fn kind_counter(sd: &RawSlotDevice, kind: MemKind) -> &AtomicU64 {
+    match kind {
+        MemKind::Context => &sd.context,
+        MemKind::Module => &sd.module,
+        MemKind::Data => &sd.data,
+    }
+}
+
+/// Finds (or adds) the namespace inode in the header's table.
+pub fn ns_index(h: &RawHeader, inode: u64) -> Option<u8> {
+    // 0 marks a free table entry; an unknown namespace gets its own marker.
+    let inode = if inode == 0 { u64::MAX } else { inode };
+    for (i, cell) in h.ns_table.iter().enumerate().take(NS_TABLE_LEN) {
+        match cell.load(SeqCst) {
+            v if v == inode => return Some(i as u8),
+            0 => match cell.compare_exchange(0, inode, SeqCst, SeqCst) {
+                Ok(_) => return Some(i as u8),
+                Err(v) if v == inode => return Some(i as u8),
+                Err(_) => continue,
+            },
+            _ => continue,
+        }
+    }
+    None
+}
+
+/// Zeroes every counter and telemetry cell of a slot (not its owner word).
+pub fn clear_slot<E: Env>(s: &RawSlot, env: &E) {
+    for (i, d) in s.devices.iter().enumerate() {
+        d.context.store(0, SeqCst);
+        d.module.store(0, SeqCst);
+        d.data.store(0, SeqCst);
+        d.total.store(0, SeqCst);
+        d.monitor_mem.store(0, SeqCst);
+        d.monitor_sm_util.store(0, SeqCst);
+        if i == 0 {
+            env.step("reclaim.mid_clear");
+        }
+    }
+    s.start_time.store(0, SeqCst);
+    s.host_pid.store(0, SeqCst);
+    s.pid.store(0, SeqCst);
+    s.claimed_ns.store(0, SeqCst);
+    s.identity_tier.store(0, SeqCst);
+    s.identity_state.store(0, SeqCst);
+    s.identity_attempts.store(0, SeqCst);
+    s.identity_failure.store(0, SeqCst);
+    s.identity_ns.store(0, SeqCst);
+    s.run_status.store(0, SeqCst);
+    for p in s.phases.iter() {
+        p.store(0, SeqCst);
+    }
+    for f in s.fallbacks.iter() {
+        f.store(0, SeqCst);
+    }
+}
+
+/// Claims the lowest free slot for `me` by compare-exchange. The owner word
+/// names the owner completely, so a claimer killed right after the
+/// exchange leaves a slot any same-namespace process can reclaim.
+pub fn claim<E: Env>(v: &View<'_>, me: Owner, env: &E) -> Option<usize> {
+    let word = encode(ST_LIVE, me);
+    env.step("register.before_claim");
+    for (i, s) in v.slots.iter().enumerate() {
+        if s.owner.load(SeqCst) != ST_FREE {
+            continue;
+        }
+        if s.owner
+            .compare_exchange(ST_FREE, word, SeqCst, SeqCst)
+            .is_ok()
+        {
+            env.step("register.after_claim");
+            // Raised before any counter of this slot can become non-zero,
+            // so every admission sum that could miss this slot's bytes
+            // happened before them (see the module comment).
+            v.header.slot_high_water.fetch_max(i as u32 + 1, SeqCst);
+            // A free slot is all zero; clear anyway so a slot left dirty by
+            // a misbehaving owner cannot hand phantom bytes to its successor.
+            clear_slot(s, &NoSteps);
+            return Some(i);
+        }
+    }
+    None
+}
+
+struct NoSteps;
+impl Env for NoSteps {
+    fn is_dead(&self, _o: Owner) -> bool {
+        false
+    }
+}
+
+/// Frees the slot if `me` owns it (LIVE). Its reservations vanish.
+pub fn unregister<E: Env>(v: &View<'_>, idx: usize, me: Owner, env: &E) -> bool {
+    let Some(s) = v.slots.get(idx) else {
+        return false;
+    };
+    let live = encode(ST_LIVE, me);
+    // Mark it as being cleared by us: if we die half way, any process
+    // reclaims it like any dead owner's slot.
+    if s.owner
+        .compare_exchange(live, encode(ST_RECLAIMING, me), SeqCst, SeqCst)
+        .is_err()
+    {
+        return false;
+    }
+    env.step("unregister.after_mark");
+    clear_slot(s, env);
+    s.owner.store(ST_FREE, SeqCst);
+    true
+}
+
+/// Reclaims every slot (LIVE or RECLAIMING) of `me`'s namespace whose owner
+/// is dead. Returns how many were freed.
+pub fn reclaim_dead<E: Env>(v: &View<'_>, me: Owner, env: &E) -> usize {
+    let mine = encode(ST_RECLAIMING, me);
+    let mut freed = 0;
+    for s in v.slots.iter() {
+        let w = s.owner.load(SeqCst);
+        if w == ST_FREE {
+            continue;
+        }
+        let (st, o) = decode(w);
+        // Other namespaces are not ours to judge; our own identity is alive
+        // (another thread of ours may be mid-reclaim or mid-unregister).
+        if o.ns_index != me.ns_index || (o.pid == me.pid && o.start34 == me.start34) {
+            continue;
+        }
+        if (st != ST_LIVE && st != ST_RECLAIMING) || !env.is_dead(o) {
+            continue;
+        }
+        if s.owner.compare_exchange(w, mine, SeqCst, SeqCst).is_err() {
+            continue;
+        }
+        env.step("reclaim.after_mark");
+        clear_slot(s, env);
+        env.step("reclaim.before_free");
+        s.owner.store(ST_FREE, SeqCst);
+        freed += 1;
+    }
+    freed
+}
+
+/// Number of slots an admission sum must cover.
+fn sum_range(v: &View<'_>) -> usize {
+    (v.header.slot_high_water.load(SeqCst) as usize).min(v.slots.len())
+}
+
+/// Sum of every slot's admission total for `dev` (saturating).
+pub fn device_total(v: &View<'_>, dev: usize) -> u64 {
+    let n = sum_range(v);
+    let mut sum = 0u64;
+    for s in &v.slots[..n] {
+        sum = sum.saturating_add(s.devices[dev].total.load(SeqCst));
+    }
+    sum
+}
+
+/// Refusal of `reserve`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    /// Granting would exceed the device's memory limit.
+    #[error("over the memory limit: limit {limit} bytes, in use {in_use}, requested {requested}")]
+    OverLimit {
+        /// The limit in force.
+        limit: u64,
+        /// Bytes in use by others when refused.
+        in_use: u64,
+        /// The request.
+        requested: u64,
+    },
+    /// The device index is not configured in this region.
+    #[error("device {dev} is not in this region ({count} devices)")]
+    NoSuchDevice {
+        /// Index asked for.
+        dev: u32,
+        /// Devices configured.
+        count: u32,
+    },
+    /// The slot index is out of range.
+    #[error("slot {slot} is out of range")]
+    NoSuchSlot {
+        /// Index asked for.
+        slot: u32,
+    },
+}
+
+/// Attempts a racer makes while the others leave room.
+#[cfg(not(loom))]
+const ADMIT_ATTEMPTS: u32 = 24;
+#[cfg(loom)]
+const ADMIT_ATTEMPTS: u32 = 2;
+
+fn backoff(attempt: u32, salt: usize) {
+    let spins = (1u32 << attempt.min(8))
+        + (crate::sync::jitter().wrapping_add(salt as u32 * 2654435761) % 64);
+    for _ in 0..spins {
+        crate::sync::spin_loop();
+    }
+    crate::sync::yield_now();
+}
+
+/// Admits `bytes` of `kind` on `dev` for slot `idx` against `limit`
+/// (0 = none). Never lets the admitted total of the region exceed `limit`.
+pub fn reserve<E: Env>(
+    v: &View<'_>,
+    idx: usize,
+    dev: usize,
+    kind: MemKind,
+    bytes: u64,
+    limit: u64,
+    env: &E,
+) -> Result<(), AdmissionError> {
+    let sd = &v.slots[idx].devices[dev];
+    if bytes == 0 {
+        return Ok(());
+    }
+    if limit == 0 {
+        sd.total.fetch_add(bytes, SeqCst);
+        env.step("reserve.before_kind");
+        kind_counter(sd, kind).fetch_add(bytes, SeqCst);
+        return Ok(());
+    }
+    if bytes > limit {
+        return Err(AdmissionError::OverLimit {
+            limit,
+            in_use: device_total(v, dev),
+            requested: bytes,
+        });
+    }
+    let mut others = 0;
+    for attempt in 0..ADMIT_ATTEMPTS {
+        sd.total.fetch_add(bytes, SeqCst);
+        env.step("reserve.after_add");
+        let used = device_total(v, dev);
+        if used <= limit {
+            env.step("reserve.before_kind");
+            kind_counter(sd, kind).fetch_add(bytes, SeqCst);
+            return Ok(());
+        }
+        sd.total.fetch_sub(bytes, SeqCst);
+        // What the others hold now (admitted or mid-attempt). If even that
+        // leaves no room, this is a plain refusal; otherwise someone backed
+        // off with us and one of us should try again.
+        others = device_total(v, dev);
+        if others.saturating_add(bytes) > limit {
+            break;
+        }
+        backoff(attempt, idx);
+    }
+    Err(AdmissionError::OverLimit {
+        limit,
+        in_use: others,
+        requested: bytes,
+    })
+}
+
+/// Result of `release`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Release {
+    /// Bytes actually taken off the counters.
+    pub released: u64,
+    /// The request exceeded what the slot held for that kind (the caller
+    /// should log it): the counter went to zero instead of wrapping.
+    pub clamped: bool,
+}
+
+/// Gives back up to `bytes` of `kind` on `dev` for slot `idx`.
+pub fn release<E: Env>(
+    v: &View<'_>,
+    idx: usize,
+    dev: usize,
+    kind: MemKind,
+    bytes: u64,
+    env: &E,
+) -> Release {
+    let sd = &v.slots[idx].devices[dev];
+    let kc = kind_counter(sd, kind);
+    let mut cur = kc.load(SeqCst);
+    let released = loop {
+        let r = cur.min(bytes);
+        match kc.compare_exchange_weak(cur, cur - r, SeqCst, SeqCst) {
+            Ok(_) => break r,
+            Err(c) => cur = c,
+        }
+    };
+    env.step("release.after_kind");
+    // total ≥ context + module + data always holds (reserve adds to total
+    // first, release subtracts from it last); saturate anyway.
+    let mut t = sd.total.load(SeqCst);
+    while let Err(c) = sd
+        .total
+        .compare_exchange_weak(t, t.saturating_sub(released), SeqCst, SeqCst)
+    {
+        t = c;
+    }
+    Release {
+        released,
+        clamped: released < bytes,
+    }
+}
+
+/// Checks a device index against the configured count.
+pub fn check_dev(dev: u32, count: u32) -> Result<usize, AdmissionError> {
+    if dev < count && (dev as usize) < MAX_DEVICES {
+        Ok(dev as usize)
+    } else {
+        Err(AdmissionError::NoSuchDevice { dev, count })
+    }
+}

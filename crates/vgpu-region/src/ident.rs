@@ -1,0 +1,180 @@
+//! Who a process is: (pid, start time, PID-namespace inode), read from
+//! procfs, and whether a recorded owner is certainly dead.
+
+use std::io::Read;
+
+/// The calling process as the region records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcIdentity {
+    /// `getpid()`.
+    pub pid: u32,
+    /// Start time in clock ticks since boot (/proc/self/stat field 22);
+    /// 0 when procfs could not tell.
+    pub start_ticks: u64,
+    /// Inode of /proc/self/ns/pid; 0 when unknown.
+    pub pidns_inode: u64,
+    /// Whether /proc is this namespace's procfs (its idea of "self" is us),
+    /// so other PIDs read through it are the ones our owner words hold.
+    pub procfs_ok: bool,
+}
+
+/// Reading procfs failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// /proc/<pid>/stat could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The path.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// /proc/<pid>/stat did not parse.
+    #[error("malformed {path}: {why}")]
+    Malformed {
+        /// The path.
+        path: String,
+        /// What was wrong.
+        why: &'static str,
+    },
+}
+
+/// Fields of /proc/<pid>/stat we use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFields {
+    /// Field 1.
+    pub pid: u32,
+    /// Field 3 (R, S, D, Z, X, …).
+    pub state: u8,
+    /// Field 22.
+    pub start_ticks: u64,
+}
+
+/// Parses the text of /proc/<pid>/stat. The command name (field 2) may hold
+/// spaces and parentheses, so fields are counted after the last ')'.
+pub fn parse_stat(text: &str) -> Option<StatFields> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    if close < open {
+        return None;
+    }
+    let pid = text[..open].trim().parse().ok()?;
+    let mut rest = text[close + 1..].split_ascii_whitespace();
+    let state = *rest.next()?.as_bytes().first()?;
+    // After the state (field 3), field 22 is the 19th more.
+    let start_ticks = rest.nth(18)?.parse().ok()?;
+    Some(StatFields {
+        pid,
+        state,
+        start_ticks,
+    })
+}
+
+fn read_stat(path: &str) -> Result<StatFields, IdentityError> {
+    let mut f = std::fs::File::open(path).map_err(|source| IdentityError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut buf = [0u8; 1024];
+    let mut n = 0;
+    // /proc files are read in one go; loop for short reads anyway.
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(IdentityError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        }
+    }
+    let text = std::str::from_utf8(&buf[..n]).map_err(|_| IdentityError::Malformed {
+        path: path.to_owned(),
+        why: "not UTF-8",
+    })?;
+    parse_stat(text).ok_or(IdentityError::Malformed {
+        path: path.to_owned(),
+        why: "fields missing",
+    })
+}
+
+/// Reads /proc/<pid>/stat.
+pub fn stat_of(pid: u32) -> Result<StatFields, IdentityError> {
+    read_stat(&format!("/proc/{pid}/stat"))
+}
+
+/// The calling process. Never fails: what procfs cannot tell is recorded as
+/// unknown (and then this process never judges others dead).
+pub fn current() -> ProcIdentity {
+    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    let (start_ticks, procfs_ok) = match read_stat("/proc/self/stat") {
+        Ok(s) if s.pid == pid => (s.start_ticks, true),
+        _ => (0, false),
+    };
+    let pidns_inode = rustix::fs::stat("/proc/self/ns/pid")
+        .map(|st| st.st_ino)
+        .unwrap_or(0);
+    ProcIdentity {
+        pid,
+        start_ticks,
+        pidns_inode,
+        procfs_ok: procfs_ok && pidns_inode != 0,
+    }
+}
+
+/// Is the process (pid, start34) of our own namespace certainly gone?
+/// Dead means: no such PID, or a zombie, or another process now holds the
+/// PID (different start time). Anything unclear counts as alive.
+pub fn is_dead(me: &ProcIdentity, pid: u32, start34: u64) -> bool {
+    if !me.procfs_ok || pid == 0 {
+        return false;
+    }
+    let Some(p) = rustix::process::Pid::from_raw(pid as i32) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(p) {
+        Err(rustix::io::Errno::SRCH) => return true,
+        Ok(()) | Err(rustix::io::Errno::PERM) => {}
+        Err(_) => return false,
+    }
+    match stat_of(pid) {
+        Ok(s) => {
+            s.state == b'Z'
+                || s.state == b'X'
+                || (s.start_ticks & crate::core::START_MASK) != start34
+        }
+        Err(IdentityError::Read { source, .. }) => source.kind() == std::io::ErrorKind::NotFound,
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_odd_comm() {
+        let t = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
+        let s = parse_stat(t).unwrap();
+        assert_eq!(s.pid, 42);
+        assert_eq!(s.state, b'S');
+        assert_eq!(s.start_ticks, 987654);
+        assert_eq!(parse_stat("42 (x) S 1"), None);
+        assert_eq!(parse_stat(""), None);
+    }
+
+    #[test]
+    fn self_is_alive_and_known() {
+        let me = current();
+        assert!(me.procfs_ok);
+        assert!(me.start_ticks > 0);
+        let s34 = me.start_ticks & crate::core::START_MASK;
+        assert!(!is_dead(&me, me.pid, s34));
+        // Same PID, another start time: a reused PID, so the owner is gone.
+        assert!(is_dead(&me, me.pid, s34 ^ 1));
+    }
+}

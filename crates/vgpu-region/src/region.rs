@@ -1,0 +1,801 @@
+//! `Region`: a mapped region file and every operation on it.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use memmap2::MmapRaw;
+
+use crate::clock::{monotonic_ns, realtime_ns};
+use crate::core::{self, AdmissionError, Env, MemKind, Owner, Release, View};
+use crate::failpoint::Plan;
+use crate::ident::{self, ProcIdentity};
+use crate::layout::*;
+use crate::snapshot::{self, Snapshot};
+use crate::sync::Ordering::{Acquire, Relaxed, Release as Rel, SeqCst};
+use crate::telemetry::*;
+
+/// How to create a region when none exists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Slots (processes at once); 0 means the default, 1024.
+    pub slots: u32,
+    /// Devices, in CUDA index order (at most 16).
+    pub devices: Vec<DeviceConfig>,
+}
+
+/// One device's configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// UUID, e.g. "GPU-…" (at most 63 bytes).
+    pub uuid: String,
+    /// Memory limit in bytes; 0 = none.
+    pub mem_limit: u64,
+    /// SM limit in percent; 0 = none.
+    pub sm_limit: u32,
+}
+
+/// The recorded configuration differs from what an opener asked for; the
+/// recorded value stays (change it with `set_limits` / `vgpu limit`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LimitMismatch {
+    /// Device index.
+    pub device: u32,
+    /// "memory limit", "SM limit", "uuid" or "device count".
+    pub field: &'static str,
+    /// Value in the region.
+    pub recorded: String,
+    /// Value the opener asked for.
+    pub requested: String,
+}
+
+impl std::fmt::Display for LimitMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "device {}: {} recorded in the region is {}, this process asked for {}; keeping {}",
+            self.device, self.field, self.recorded, self.requested, self.recorded
+        )
+    }
+}
+
+/// A claimed slot (index into the region's slots).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct SlotId(pub u32);
+
+impl SlotId {
+    /// The slot index.
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+/// Why a region cannot be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// A system call on the file failed.
+    #[error("{op} {path}")]
+    Io {
+        /// What we were doing.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file exists but is not a region this build can use.
+    #[error("refusing {path}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// Which kind of refusal.
+        #[source]
+        source: FormatError,
+    },
+    /// Another process holds the creation lock for longer than we wait (a
+    /// creator that is stopped, not dead: the kernel would have released
+    /// the lock of a dead one).
+    #[error("{path}: creation lock still held after {waited:?}")]
+    LockTimeout {
+        /// The file.
+        path: PathBuf,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// The options cannot be recorded.
+    #[error("bad region options: {what}")]
+    BadOptions {
+        /// What is wrong.
+        what: String,
+    },
+    /// Every slot is held by a live process.
+    #[error("all {slots} slots are held by live processes")]
+    Full {
+        /// Slot count.
+        slots: u32,
+    },
+    /// Processes of too many PID namespaces share this region.
+    #[error("the region's PID-namespace table is full ({NS_TABLE_LEN} namespaces)")]
+    NamespaceTableFull,
+    /// A device index out of range.
+    #[error("device {dev} is not in this region ({count} devices)")]
+    NoSuchDevice {
+        /// Index asked for.
+        dev: u32,
+        /// Devices configured.
+        count: u32,
+    },
+}
+
+/// How long `open`/`open_or_create` wait for another process's creation.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// A mapped region. `Send + Sync`; cheap to share by reference.
+pub struct Region {
+    map: MmapRaw,
+    slot_count: u32,
+    device_count: u32,
+    path: PathBuf,
+    plan: Plan,
+}
+
+/// The algorithms' view of the outside world for one call.
+struct CallEnv<'a> {
+    me: ProcIdentity,
+    plan: &'a Plan,
+}
+
+impl Env for CallEnv<'_> {
+    fn is_dead(&self, o: Owner) -> bool {
+        ident::is_dead(&self.me, o.pid, o.start34)
+    }
+    #[inline(always)]
+    fn step(&self, name: &'static str) {
+        self.plan.hit(name);
+    }
+}
+
+/// A hot-path environment that never judges liveness (reserve/release).
+struct StepEnv<'a>(&'a Plan);
+
+impl Env for StepEnv<'_> {
+    fn is_dead(&self, _o: Owner) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn step(&self, name: &'static str) {
+        self.0.hit(name);
+    }
+}
+
+/// flock held on the region file; released on drop (and by the kernel if
+/// we die).
+struct FileLock<'a>(&'a File);
+
+impl<'a> FileLock<'a> {
+    fn acquire(f: &'a File, path: &Path, wait: Duration) -> Result<Self, RegionError> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(FileLock(f)),
+                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    return Err(RegionError::Io {
+                        op: "lock",
+                        path: path.to_owned(),
+                        source: e.into(),
+                    })
+                }
+            }
+            let waited = start.elapsed();
+            if waited >= wait {
+                return Err(RegionError::LockTimeout {
+                    path: path.to_owned(),
+                    waited,
+                });
+            }
+            std::thread::sleep(pause.min(wait - waited));
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        let _ = rustix::fs::flock(self.0, rustix::fs::FlockOperation::Unlock);
+    }
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RegionError + 'a {
+    move |source| RegionError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn validate(opts: &CreateOptions) -> Result<(), RegionError> {
+    let bad = |what: String| Err(RegionError::BadOptions { what });
+    if opts.slots > MAX_SLOTS {
+        return bad(format!("{} slots (at most {MAX_SLOTS})", opts.slots));
+    }
+    if opts.devices.len() > MAX_DEVICES {
+        return bad(format!(
+            "{} devices (at most {MAX_DEVICES})",
+            opts.devices.len()
+        ));
+    }
+    for (i, d) in opts.devices.iter().enumerate() {
+        if d.uuid.len() >= UUID_LEN || d.uuid.contains('\0') {
+            return bad(format!(
+                "device {i}: uuid {:?} longer than 63 bytes or holds NUL",
+                d.uuid
+            ));
+        }
+        if d.sm_limit > 100 {
+            return bad(format!("device {i}: SM limit {}% is above 100", d.sm_limit));
+        }
+    }
+    Ok(())
+}
+
+/// Reads up to a header's worth of bytes from the start of the file.
+fn read_head(f: &File, path: &Path) -> Result<(Vec<u8>, u64), RegionError> {
+    let len = f.metadata().map_err(io("stat", path))?.len();
+    let mut buf = vec![0u8; (len.min(HEADER_SIZE as u64)) as usize];
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io("read", path)(e)),
+        }
+    }
+    buf.truncate(n);
+    Ok((buf, len))
+}
+
+/// Is this file a creation that never finished (empty, all zero, or our
+/// magic without the ready mark)? Only such a file may be initialized.
+fn unfinished(head: &[u8]) -> bool {
+    if head.iter().all(|&b| b == 0) {
+        return true;
+    }
+    head.len() >= PARSE_MIN
+        && head[..8] == MAGIC
+        && u32::from_ne_bytes([head[48], head[49], head[50], head[51]]) != STATE_READY
+}
+
+impl Region {
+    /// Opens the region at `path`, creating and initializing it (exactly
+    /// once, under a flock the kernel releases if the creator dies) when it
+    /// does not exist. Returns the differences between the recorded
+    /// configuration and `opts` (the recorded one stays in force); an
+    /// `opts` without devices asks for nothing.
+    pub fn open_or_create(
+        path: &Path,
+        opts: &CreateOptions,
+    ) -> Result<(Region, Vec<LimitMismatch>), RegionError> {
+        Self::open_or_create_with(path, opts, DEFAULT_LOCK_WAIT)
+    }
+
+    /// `open_or_create` with a chosen bound on waiting for another creator.
+    pub fn open_or_create_with(
+        path: &Path,
+        opts: &CreateOptions,
+        wait: Duration,
+    ) -> Result<(Region, Vec<LimitMismatch>), RegionError> {
+        validate(opts)?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io("open", path))?;
+        let r = Self::attach(f, path, Some(opts), wait)?;
+        let m = r.mismatches(opts);
+        Ok((r, m))
+    }
+
+    /// Opens an existing region (never creates or initializes one).
+    pub fn open(path: &Path) -> Result<Region, RegionError> {
+        Self::open_with(path, DEFAULT_LOCK_WAIT)
+    }
+
+    /// `open` with a chosen bound on waiting for a creator.
+    pub fn open_with(path: &Path, wait: Duration) -> Result<Region, RegionError> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io("open", path))?;
+        Self::attach(f, path, None, wait)
+    }
+
+    fn attach(
+        f: File,
+        path: &Path,
+        create: Option<&CreateOptions>,
+        wait: Duration,
+    ) -> Result<Region, RegionError> {
+        let fmt = |source| RegionError::Format {
+            path: path.to_owned(),
+            source,
+        };
+        // Fast path, no lock: a ready region (the common case for every
+        // process after the first).
+        let (head, len) = read_head(&f, path)?;
+        if !unfinished(&head) && len >= HEADER_SIZE as u64 {
+            let info = parse_header(&head, len).map_err(fmt)?;
+            return Self::map_ready(f, path, &info);
+        }
+        // Slow path: wait for (or become) the creator.
+        let lock = FileLock::acquire(&f, path, wait)?;
+        let (head, len) = read_head(&f, path)?;
+        if unfinished(&head) {
+            let Some(opts) = create else {
+                let state = if head.len() >= PARSE_MIN {
+                    u32::from_ne_bytes([head[48], head[49], head[50], head[51]])
+                } else {
+                    0
+                };
+                return Err(fmt(FormatError::NotInitialized { state }));
+            };
+            Self::initialize(&f, path, opts)?;
+        }
+        let (head, len) = if unfinished(&head) {
+            read_head(&f, path)?
+        } else {
+            (head, len)
+        };
+        let info = parse_header(&head, len).map_err(fmt)?;
+        drop(lock);
+        Self::map_ready(f, path, &info)
+    }
+
+    fn map_ready(f: File, path: &Path, info: &HeaderInfo) -> Result<Region, RegionError> {
+        let map = crate::shm::map(&f, info.file_len).map_err(io("map", path))?;
+        Ok(Region {
+            map,
+            slot_count: info.slot_count,
+            device_count: info.device_count,
+            path: path.to_owned(),
+            plan: Plan::from_env(),
+        })
+    }
+
+    /// Writes a fresh region (caller holds the flock).
+    fn initialize(f: &File, path: &Path, opts: &CreateOptions) -> Result<(), RegionError> {
+        let slots = if opts.slots == 0 {
+            DEFAULT_SLOTS
+        } else {
+            opts.slots
+        };
+        let len = file_len(slots);
+        // Truncating to zero first discards whatever a dead creator left, so
+        // every slot and counter starts at zero.
+        f.set_len(0).map_err(io("truncate", path))?;
+        f.set_len(len).map_err(io("resize", path))?;
+        let map = crate::shm::map(f, len).map_err(io("map", path))?;
+        let h = crate::shm::header(&map);
+        h.magic.store(u64::from_ne_bytes(MAGIC), Relaxed);
+        h.state.store(STATE_INITIALIZING, Relaxed);
+        h.version.store(VERSION, Relaxed);
+        h.endian.store(ENDIAN_MARK, Relaxed);
+        h.header_size.store(HEADER_SIZE as u32, Relaxed);
+        h.device_size.store(DEVICE_SIZE as u32, Relaxed);
+        h.slot_size.store(SLOT_SIZE as u32, Relaxed);
+        h.slot_count.store(slots, Relaxed);
+        h.device_count.store(opts.devices.len() as u32, Relaxed);
+        h.max_devices.store(MAX_DEVICES as u32, Relaxed);
+        h.layout_hash.store(layout_hash(), Relaxed);
+        h.creator_pid.store(
+            rustix::process::getpid().as_raw_nonzero().get() as u32,
+            Relaxed,
+        );
+        h.created_unix_ns.store(realtime_ns(), Relaxed);
+        for (d, cfg) in h.devices.iter().zip(&opts.devices) {
+            let mut uuid = [0u8; UUID_LEN];
+            uuid[..cfg.uuid.len()].copy_from_slice(cfg.uuid.as_bytes());
+            for (cell, chunk) in d.uuid.iter().zip(uuid.chunks_exact(8)) {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                cell.store(u64::from_ne_bytes(w), Relaxed);
+            }
+            d.mem_limit.store(cfg.mem_limit, Relaxed);
+            d.sm_limit.store(cfg.sm_limit, Relaxed);
+        }
+        Plan::from_env().hit("create.mid_init");
+        // Publishes everything above to readers that check `state` (Acquire).
+        h.state.store(STATE_READY, Rel);
+        // The flock (not msync) is what orders us before the next opener's
+        // reads: a MAP_SHARED store is in the page cache the moment it lands.
+        Ok(())
+    }
+
+    fn mismatches(&self, opts: &CreateOptions) -> Vec<LimitMismatch> {
+        let mut out = Vec::new();
+        if opts.devices.is_empty() {
+            return out;
+        }
+        if opts.devices.len() as u32 != self.device_count {
+            out.push(LimitMismatch {
+                device: 0,
+                field: "device count",
+                recorded: self.device_count.to_string(),
+                requested: opts.devices.len().to_string(),
+            });
+        }
+        for (i, want) in opts
+            .devices
+            .iter()
+            .enumerate()
+            .take(self.device_count as usize)
+        {
+            let dev = i as u32;
+            let have = self.limits(dev);
+            let uuid = self.device_uuid(dev);
+            if uuid != want.uuid {
+                out.push(LimitMismatch {
+                    device: dev,
+                    field: "uuid",
+                    recorded: uuid,
+                    requested: want.uuid.clone(),
+                });
+            }
+            if have.mem != want.mem_limit {
+                out.push(LimitMismatch {
+                    device: dev,
+                    field: "memory limit",
+                    recorded: have.mem.to_string(),
+                    requested: want.mem_limit.to_string(),
+                });
+            }
+            if have.sm != want.sm_limit {
+                out.push(LimitMismatch {
+                    device: dev,
+                    field: "SM limit",
+                    recorded: have.sm.to_string(),
+                    requested: want.sm_limit.to_string(),
+                });
+            }
+        }
+        out
+    }
+
+    pub(crate) fn view(&self) -> View<'_> {
+        crate::shm::view(&self.map, self.slot_count)
+    }
+
+    fn owner_of(&self, me: &ProcIdentity) -> Result<Owner, RegionError> {
+        let ns = core::ns_index(self.view().header, me.pidns_inode)
+            .ok_or(RegionError::NamespaceTableFull)?;
+        Ok(Owner {
+            ns_index: ns,
+            pid: me.pid,
+            start34: me.start_ticks & core::START_MASK,
+        })
+    }
+
+    /// The file this region maps.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Slots in the file.
+    pub fn slot_count(&self) -> u32 {
+        self.slot_count
+    }
+
+    /// Claims a slot for the calling process (a fork child registers as
+    /// itself). Lock-free; reclaims dead owners' slots when none is free.
+    pub fn register(&self) -> Result<SlotId, RegionError> {
+        let me = ident::current();
+        let owner = self.owner_of(&me)?;
+        let env = CallEnv {
+            me,
+            plan: &self.plan,
+        };
+        let v = self.view();
+        let idx = match core::claim(&v, owner, &env) {
+            Some(i) => i,
+            None => {
+                core::reclaim_dead(&v, owner, &env);
+                core::claim(&v, owner, &env).ok_or(RegionError::Full {
+                    slots: self.slot_count,
+                })?
+            }
+        };
+        let s = &v.slots[idx];
+        s.pid.store(me.pid, SeqCst);
+        s.start_time.store(me.start_ticks, SeqCst);
+        s.claimed_ns.store(monotonic_ns(), SeqCst);
+        Ok(SlotId(idx as u32))
+    }
+
+    /// Frees the caller's slot; its reservations vanish. Does nothing if the
+    /// slot is not the calling process's.
+    pub fn unregister(&self, slot: SlotId) {
+        let me = ident::current();
+        let Ok(owner) = self.owner_of(&me) else {
+            return;
+        };
+        let env = CallEnv {
+            me,
+            plan: &self.plan,
+        };
+        core::unregister(&self.view(), slot.0 as usize, owner, &env);
+    }
+
+    fn check_slot(&self, slot: SlotId) -> Result<usize, AdmissionError> {
+        if slot.0 < self.slot_count {
+            Ok(slot.0 as usize)
+        } else {
+            Err(AdmissionError::NoSuchSlot { slot: slot.0 })
+        }
+    }
+
+    /// Admits `bytes` of `kind` on device `dev` for `slot`, or refuses when
+    /// the device's live total would exceed its memory limit (read at each
+    /// call, so a live limit change applies to the next allocation).
+    pub fn reserve(
+        &self,
+        slot: SlotId,
+        dev: u32,
+        kind: MemKind,
+        bytes: u64,
+    ) -> Result<(), AdmissionError> {
+        let idx = self.check_slot(slot)?;
+        let d = core::check_dev(dev, self.device_count)?;
+        let v = self.view();
+        let limit = v.header.devices[d].mem_limit.load(SeqCst);
+        let env = StepEnv(&self.plan);
+        match core::reserve(&v, idx, d, kind, bytes, limit, &env) {
+            Err(AdmissionError::OverLimit { .. }) if self.reclaim_dead() > 0 => {
+                let limit = v.header.devices[d].mem_limit.load(SeqCst);
+                core::reserve(&v, idx, d, kind, bytes, limit, &env)
+            }
+            r => r,
+        }
+    }
+
+    /// Gives back `bytes` of `kind` on `dev`; a release larger than the
+    /// slot holds is clamped (reported in the result), never wrapped.
+    pub fn release(&self, slot: SlotId, dev: u32, kind: MemKind, bytes: u64) -> Release {
+        let (Ok(idx), Ok(d)) = (
+            self.check_slot(slot),
+            core::check_dev(dev, self.device_count),
+        ) else {
+            return Release {
+                released: 0,
+                clamped: bytes > 0,
+            };
+        };
+        core::release(&self.view(), idx, d, kind, bytes, &StepEnv(&self.plan))
+    }
+
+    /// Devices configured.
+    pub fn device_count(&self) -> u32 {
+        self.device_count
+    }
+
+    /// A device's UUID ("" for an index out of range).
+    pub fn device_uuid(&self, dev: u32) -> String {
+        let Ok(d) = core::check_dev(dev, self.device_count) else {
+            return String::new();
+        };
+        let mut bytes = Vec::with_capacity(UUID_LEN);
+        for cell in &self.view().header.devices[d].uuid {
+            bytes.extend_from_slice(&cell.load(Relaxed).to_ne_bytes());
+        }
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    }
+
+    /// A device's limits (zeros for an index out of range).
+    pub fn limits(&self, dev: u32) -> Limits {
+        let Ok(d) = core::check_dev(dev, self.device_count) else {
+            return Limits::default();
+        };
+        let rd = &self.view().header.devices[d];
+        Limits {
+            mem: rd.mem_limit.load(SeqCst),
+            sm: rd.sm_limit.load(SeqCst),
+        }
+    }
+
+    /// Changes a device's limits live (ignored for an index out of range;
+    /// see `try_set_limits`). Lowering the memory limit below what is in use
+    /// refuses new reservations until usage falls; nothing is revoked.
+    pub fn set_limits(&self, dev: u32, l: Limits) {
+        let _ = self.try_set_limits(dev, l);
+    }
+
+    /// `set_limits` that reports a bad device index or SM percent.
+    pub fn try_set_limits(&self, dev: u32, l: Limits) -> Result<(), RegionError> {
+        let d = core::check_dev(dev, self.device_count).map_err(|_| RegionError::NoSuchDevice {
+            dev,
+            count: self.device_count,
+        })?;
+        if l.sm > 100 {
+            return Err(RegionError::BadOptions {
+                what: format!("SM limit {}% is above 100", l.sm),
+            });
+        }
+        let h = self.view().header;
+        h.devices[d].mem_limit.store(l.mem, SeqCst);
+        h.devices[d].sm_limit.store(l.sm, SeqCst);
+        h.limits_generation.fetch_add(1, SeqCst);
+        Ok(())
+    }
+
+    /// Bumped by every live limit change.
+    pub fn limits_generation(&self) -> u32 {
+        self.view().header.limits_generation.load(Acquire)
+    }
+
+    /// Bytes reserved on `dev` by claimed slots (the admission figure: a
+    /// dead process's bytes count until its slot is reclaimed).
+    pub fn device_used(&self, dev: u32) -> u64 {
+        match core::check_dev(dev, self.device_count) {
+            Ok(d) => core::device_total(&self.view(), d),
+            Err(_) => 0,
+        }
+    }
+
+    /// Frees the slots of dead processes of the caller's PID namespace.
+    pub fn reclaim_dead(&self) -> usize {
+        let me = ident::current();
+        let Ok(owner) = self.owner_of(&me) else {
+            return 0;
+        };
+        let env = CallEnv {
+            me,
+            plan: &self.plan,
+        };
+        core::reclaim_dead(&self.view(), owner, &env)
+    }
+
+    /// Claimed slots (live or being reclaimed).
+    pub fn live_slots(&self) -> u32 {
+        self.view()
+            .slots
+            .iter()
+            .filter(|s| s.owner.load(SeqCst) != core::ST_FREE)
+            .count() as u32
+    }
+
+    /// A consistent-enough copy for readers (monitor, tools); only loads,
+    /// so writers never wait.
+    pub fn snapshot(&self) -> Snapshot {
+        snapshot::take(self)
+    }
+
+    /// Telemetry access to a slot.
+    pub fn slot(&self, slot: SlotId) -> SlotRef<'_> {
+        SlotRef {
+            raw: self.view().slots.get(slot.0 as usize),
+            devices: self.device_count,
+        }
+    }
+
+    pub(crate) fn header_info(&self) -> HeaderInfo {
+        let h = self.view().header;
+        HeaderInfo {
+            version: h.version.load(Relaxed),
+            endianness: "little",
+            header_size: h.header_size.load(Relaxed),
+            device_size: h.device_size.load(Relaxed),
+            slot_size: h.slot_size.load(Relaxed),
+            slot_count: self.slot_count,
+            device_count: self.device_count,
+            layout_hash: h.layout_hash.load(Relaxed),
+            creator_pid: h.creator_pid.load(Relaxed),
+            created_unix_ns: h.created_unix_ns.load(Relaxed),
+            file_len: file_len(self.slot_count),
+        }
+    }
+}
+
+/// A slot's telemetry cells. Setters on an out-of-range slot do nothing.
+pub struct SlotRef<'a> {
+    raw: Option<&'a RawSlot>,
+    devices: u32,
+}
+
+impl SlotRef<'_> {
+    /// Records when `phase` happened (CLOCK_MONOTONIC ns, see `monotonic_ns`).
+    pub fn set_phase(&self, phase: Phase, ns: u64) {
+        if let Some(s) = self.raw {
+            s.phases[phase.code() as usize].store(ns, Relaxed);
+        }
+    }
+
+    /// When `phase` happened (0 = not yet).
+    pub fn phase(&self, phase: Phase) -> u64 {
+        self.raw
+            .map_or(0, |s| s.phases[phase.code() as usize].load(Relaxed))
+    }
+
+    /// Records the host PID.
+    pub fn set_host_pid(&self, pid: u32) {
+        if let Some(s) = self.raw {
+            s.host_pid.store(pid, Relaxed);
+        }
+    }
+
+    /// The host PID (0 = unknown).
+    pub fn host_pid(&self) -> u32 {
+        self.raw.map_or(0, |s| s.host_pid.load(Relaxed))
+    }
+
+    /// Records the identity outcome.
+    pub fn set_identity(
+        &self,
+        tier: IdentityTier,
+        state: IdentityState,
+        attempts: u32,
+        failure: u32,
+        duration_ns: u64,
+    ) {
+        if let Some(s) = self.raw {
+            s.identity_tier.store(tier.code(), Relaxed);
+            s.identity_attempts.store(attempts, Relaxed);
+            s.identity_failure.store(failure, Relaxed);
+            s.identity_ns.store(duration_ns, Relaxed);
+            s.identity_state.store(state.code(), Relaxed);
+        }
+    }
+
+    /// Counts one use of a fallback.
+    pub fn bump_fallback(&self, f: Fallback) {
+        if let Some(s) = self.raw {
+            s.fallbacks[f.code() as usize].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Records a monitor sample for device `dev`.
+    pub fn set_monitor_sample(&self, dev: u32, mem: u64, sm_util: u32) {
+        if let (Some(s), true) = (self.raw, dev < self.devices) {
+            s.devices[dev as usize].monitor_mem.store(mem, Relaxed);
+            s.devices[dev as usize]
+                .monitor_sm_util
+                .store(sm_util, Relaxed);
+        }
+    }
+
+    /// Sets the suspend/run status.
+    pub fn set_run_status(&self, st: RunStatus) {
+        if let Some(s) = self.raw {
+            s.run_status.store(st.code(), SeqCst);
+        }
+    }
+
+    /// The suspend/run status (unknown codes read as Running).
+    pub fn run_status(&self) -> RunStatus {
+        self.raw
+            .and_then(|s| RunStatus::from_code(s.run_status.load(SeqCst)))
+            .unwrap_or(RunStatus::Running)
+    }
+
+    /// This slot's counters for `dev`.
+    pub fn usage(&self, dev: u32) -> Usage {
+        match (self.raw, dev < self.devices) {
+            (Some(s), true) => {
+                let d = &s.devices[dev as usize];
+                Usage {
+                    context: d.context.load(SeqCst),
+                    module: d.module.load(SeqCst),
+                    data: d.data.load(SeqCst),
+                    total: d.total.load(SeqCst),
+                }
+            }
+            _ => Usage::default(),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The only unsafe code of the crate: turning the mapped file into
+//! references to its `#[repr(C)]` structs of atomics.
+
+use crate::core::View;
+use crate::layout::{file_len, RawHeader, RawSlot, HEADER_SIZE};
+use memmap2::MmapRaw;
+
+/// Maps `len` bytes of `file` shared, read-write.
+pub(crate) fn map(file: &std::fs::File, len: u64) -> std::io::Result<MmapRaw> {
+    let len =
+        usize::try_from(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    memmap2::MmapOptions::new().len(len).map_raw(file)
+}
+
+/// The header and `slots` slots of a mapping at least `file_len(slots)`
+/// bytes long.
+pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
+    assert!(
+        map.len() as u64 >= file_len(slots),
+        "mapping shorter than its slots"
+    );
+    let base = map.as_mut_ptr();
+    // SAFETY: the mapping is page-aligned (≥ the 64-byte alignment of
+    // RawHeader and RawSlot), at least HEADER_SIZE + slots * SLOT_SIZE
+    // bytes long (asserted above), and lives as long as the `&MmapRaw`
+    // borrow the returned references carry. Every field of both structs is
+    // an atomic integer (or an array of them): any bit pattern is a valid
+    // value and concurrent writes by other processes go through atomic
+    // operations, so shared references to them are sound.
+    unsafe {
+        View {
+            header: &*(base as *const RawHeader),
+            slots: std::slice::from_raw_parts(
+                base.add(HEADER_SIZE) as *const RawSlot,
+                slots as usize,
+            ),
+        }
+    }
+}
+
+/// The header of a mapping at least `HEADER_SIZE` bytes long.
+pub(crate) fn header(map: &MmapRaw) -> &RawHeader {
+    assert!(map.len() >= HEADER_SIZE, "mapping shorter than a header");
+    // SAFETY: as in `view`: aligned, long enough, all-atomic, borrowed.
+    unsafe { &*(map.as_mut_ptr() as *const RawHeader) }
+}

@@ -1,0 +1,69 @@
+//! Single-process behaviour of the region API.
+use vgpu_region::*;
+
+fn opts(mem: u64) -> CreateOptions {
+    CreateOptions {
+        slots: 8,
+        devices: vec![DeviceConfig {
+            uuid: "GPU-0000".into(),
+            mem_limit: mem,
+            sm_limit: 50,
+        }],
+    }
+}
+
+#[test]
+fn create_register_reserve_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let (r, m) = Region::open_or_create(&p, &opts(1000)).unwrap();
+    assert!(m.is_empty());
+    assert_eq!(r.device_count(), 1);
+    assert_eq!(r.device_uuid(0), "GPU-0000");
+    assert_eq!(r.limits(0), Limits { mem: 1000, sm: 50 });
+    let s = r.register().unwrap();
+    r.reserve(s, 0, MemKind::Data, 600).unwrap();
+    r.reserve(s, 0, MemKind::Context, 400).unwrap();
+    let e = r.reserve(s, 0, MemKind::Data, 1).unwrap_err();
+    assert_eq!(
+        e,
+        AdmissionError::OverLimit {
+            limit: 1000,
+            in_use: 1000,
+            requested: 1
+        }
+    );
+    assert_eq!(r.device_used(0), 1000);
+    let rel = r.release(s, 0, MemKind::Data, 700);
+    assert_eq!(
+        rel,
+        Release {
+            released: 600,
+            clamped: true
+        }
+    );
+    assert_eq!(r.device_used(0), 400);
+    assert_eq!(
+        r.slot(s).usage(0),
+        Usage {
+            context: 400,
+            module: 0,
+            data: 0,
+            total: 400
+        }
+    );
+    // A second opener with other limits is told, and the recorded ones stay.
+    let (r2, m) = Region::open_or_create(&p, &opts(5)).unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].field, "memory limit");
+    assert_eq!(m[0].recorded, "1000");
+    assert_eq!(m[0].requested, "5");
+    assert_eq!(r2.limits(0).mem, 1000);
+    // Live limit change seen by the first mapping at its next reservation.
+    r2.set_limits(0, Limits { mem: 2000, sm: 0 });
+    r.reserve(s, 0, MemKind::Data, 1600).unwrap();
+    assert_eq!(r.device_used(0), 2000);
+    r.unregister(s);
+    assert_eq!(r.live_slots(), 0);
+    assert_eq!(r.device_used(0), 0);
+}
