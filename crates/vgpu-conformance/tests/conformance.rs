@@ -1,0 +1,132 @@
+//! The C conformance clients, compiled against NVIDIA's own headers, run
+//! on a private simulated machine each.
+use std::path::{Path, PathBuf};
+
+use vgpu_conformance::{build, cudart_requests, procaddress_map, run, Report};
+use vgpu_sim::{SimConfig, SimHandle, SimOptions};
+
+fn out_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("conformance")
+}
+
+fn sim(opts: SimOptions) -> SimHandle {
+    SimHandle::start(opts).unwrap_or_else(|e| panic!("start sim: {e} ({e:?})"))
+}
+
+fn program(name: &str) -> PathBuf {
+    build(name, &out_dir()).unwrap_or_else(|e| panic!("build {name}: {e}"))
+}
+
+/// The default profile's shape, for the programs' optional expectations.
+fn expectations(cfg: &SimConfig) -> Vec<(String, String)> {
+    vec![
+        ("CONF_EXPECT_DEVICES".into(), cfg.devices.to_string()),
+        (
+            "CONF_EXPECT_TOTAL_MEM".into(),
+            cfg.device.memory_bytes.to_string(),
+        ),
+        ("CONF_EXPECT_SM_COUNT".into(), cfg.device.sms.to_string()),
+    ]
+}
+
+fn assert_ok(r: &Report) {
+    assert!(r.ok(), "{r}");
+}
+
+#[test]
+fn cuda_api_on_one_device() {
+    let opts = SimOptions::default();
+    let mut env = expectations(&opts.config);
+    let h = sim(opts);
+    env.extend(h.env());
+    assert_ok(&run(&program("cuda_api"), &[], &env).unwrap());
+}
+
+#[test]
+fn cuda_api_on_two_devices() {
+    let opts = SimOptions::default().devices(2);
+    let mut env = expectations(&opts.config);
+    let h = sim(opts);
+    env.extend(h.env());
+    assert_ok(&run(&program("cuda_api"), &[], &env).unwrap());
+}
+
+#[test]
+fn nvml_api_on_two_devices() {
+    let opts = SimOptions::default().devices(2);
+    let mut env = expectations(&opts.config);
+    let h = sim(opts);
+    env.extend(h.env());
+    assert_ok(&run(&program("nvml_api"), &[], &env).unwrap());
+}
+
+#[test]
+fn get_proc_address_for_every_cudart_request() {
+    let h = sim(SimOptions::default());
+    let req = cudart_requests();
+    let map = procaddress_map();
+    let r = run(
+        &program("procaddress"),
+        &[req.to_str().unwrap(), map.to_str().unwrap()],
+        &h.env(),
+    )
+    .unwrap();
+    let lines = std::fs::read_to_string(&req).unwrap();
+    let requests = lines
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    // One CHECK per request plus cuInit: every line was looked at.
+    assert_eq!(r.passed + r.failed, requests + 1, "{r}");
+    assert_ok(&r);
+}
+
+#[test]
+fn nvml_lists_host_pids_and_forgets_killed_workers() {
+    let h = sim(SimOptions::default());
+    let r = run(&program("nvml_view"), &["demo"], &h.env()).unwrap();
+    assert_ok(&r);
+}
+
+#[test]
+fn kernel_model_utilization_one_and_two_processes() {
+    let h = sim(SimOptions::default());
+    let r = run(&program("nvml_view"), &["util", "2000"], &h.env()).unwrap();
+    assert_ok(&r);
+}
+
+#[test]
+fn vendored_requests_match_the_shared_copy() {
+    // The repository carries a copy so a fresh clone can test; when the
+    // shared data directory is beside the checkout, the two must agree.
+    let shared = vgpu_conformance::repo_root()
+        .join("../shared/data/cudart-12.9-getprocaddress-requests.txt");
+    let Ok(shared) = std::fs::read(&shared) else {
+        eprintln!("no shared data beside the checkout; nothing to compare");
+        return;
+    };
+    let vendored = std::fs::read(cudart_requests()).unwrap();
+    assert_eq!(
+        shared, vendored,
+        "conformance/data copy differs from ../shared/data"
+    );
+}
+
+#[test]
+fn expected_map_is_generated_from_the_headers() {
+    let inc = vgpu_conformance::nvidia_include().unwrap();
+    let out =
+        std::process::Command::new(vgpu_conformance::conformance_dir().join("gen-procaddress-map"))
+            .arg("--check")
+            .arg(&inc)
+            .arg(cudart_requests())
+            .arg(procaddress_map())
+            .output()
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
