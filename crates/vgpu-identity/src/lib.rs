@@ -21,6 +21,8 @@
 //! `cuInit` path) and what to log.
 pub mod client;
 pub mod codec;
+#[doc(hidden)]
+pub mod fuzz_checks;
 pub mod probe;
 pub mod procfs;
 pub mod resolve;

@@ -1,0 +1,7 @@
+//! Broker protocol decoders over arbitrary bytes.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    vgpu_identity::fuzz_checks::check_frames(data);
+});
