@@ -1,0 +1,344 @@
+//! The hook table: every interposed entry point is declared once with
+//! [`hooks!`], and from that one declaration come its exported symbol, its
+//! real-pointer slot, its `dlsym` route, its `cuGetProcAddress` route and its
+//! row in the coverage table (`docs/hooks.md`, `vgpu hooks`).
+use std::cell::Cell;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::Once;
+
+use vgpu_cuda_abi::{nvmlReturn_t, CUresult};
+
+use crate::sys;
+
+pub mod cuda;
+pub mod nvml;
+
+/// Which driver library a hook forwards to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lib {
+    Cuda,
+    Nvml,
+}
+
+impl Lib {
+    pub fn soname(self) -> &'static CStr {
+        match self {
+            Lib::Cuda => c"libcuda.so.1",
+            Lib::Nvml => c"libnvidia-ml.so.1",
+        }
+    }
+}
+
+/// One row of the coverage table.
+pub struct HookInfo {
+    /// The exported (versioned) symbol, as `cuda.h`/`nvml.h` spell it.
+    pub name: &'static str,
+    /// The name `cuGetProcAddress` is asked for (`cuMemAlloc` for `cuMemAlloc_v2`).
+    pub base: &'static str,
+    /// The lowest cudaVersion whose request selects this ABI (0: not a
+    /// `cuGetProcAddress` entry).
+    pub since: u32,
+    /// A per-thread-default-stream variant (`_ptds`/`_ptsz`, requested with
+    /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`).
+    pub ptds: bool,
+    pub lib: Lib,
+    pub family: &'static str,
+    pub policy: &'static str,
+    /// The real driver function (null until the library is loaded, or when
+    /// the driver lacks it).
+    pub real: &'static AtomicPtr<c_void>,
+    /// Our export's address.
+    pub export: fn() -> *mut c_void,
+}
+
+/// Values a hook returns when it cannot forward (driver or symbol missing)
+/// or when its policy panicked (the panic never crosses into C).
+pub trait HookRet: Copy {
+    const MISSING: Self;
+    const PANICKED: Self;
+}
+impl HookRet for CUresult {
+    const MISSING: Self = CUresult::CUDA_ERROR_NOT_FOUND;
+    const PANICKED: Self = CUresult::CUDA_ERROR_UNKNOWN;
+}
+impl HookRet for nvmlReturn_t {
+    const MISSING: Self = nvmlReturn_t::NVML_ERROR_FUNCTION_NOT_FOUND;
+    const PANICKED: Self = nvmlReturn_t::NVML_ERROR_UNKNOWN;
+}
+
+/// Declares hooks. Each entry:
+/// `[lib, "base", since, ptds, "family", "policy"] fn name(args) -> Ret |real| { body }`
+/// where `real` is the typed driver function inside `body`.
+#[macro_export]
+macro_rules! hooks {
+    ($table:ident; $(
+        $(#[doc = $doc:literal])*
+        [$lib:ident, $base:literal, $since:literal, $ptds:literal, $family:literal, $policy:literal]
+        fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty |$real:ident| $body:block
+    )*) => {
+        $(
+            #[allow(non_snake_case, non_upper_case_globals, dead_code)]
+            pub mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                /// The real driver function.
+                pub static REAL: ::std::sync::atomic::AtomicPtr<::std::ffi::c_void> =
+                    ::std::sync::atomic::AtomicPtr::new(::std::ptr::null_mut());
+                pub type Fn = unsafe extern "C" fn($($ty),*) -> $ret;
+            }
+
+            $(#[doc = $doc])*
+            ///
+            /// # Safety
+            /// The C contract of the function of the same name in the driver.
+            #[cfg_attr(not(test), no_mangle)]
+            #[allow(non_snake_case, clippy::missing_safety_doc)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                let run = || -> $ret {
+                    let Some($real) = $crate::hooks::real::<$name::Fn>(&$name::REAL, $crate::hooks::Lib::$lib) else {
+                        return <$ret as $crate::hooks::HookRet>::MISSING;
+                    };
+                    $body
+                };
+                match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(run)) {
+                    Ok(r) => r,
+                    Err(_) => {
+                        $crate::hooks::note_panic(stringify!($name));
+                        <$ret as $crate::hooks::HookRet>::PANICKED
+                    }
+                }
+            }
+        )*
+
+        pub static $table: &[$crate::hooks::HookInfo] = &[
+            $($crate::hooks::HookInfo {
+                name: stringify!($name),
+                base: $base,
+                since: $since,
+                ptds: $ptds,
+                lib: $crate::hooks::Lib::$lib,
+                family: $family,
+                policy: $policy,
+                real: &$name::REAL,
+                export: || $name as *mut ::std::ffi::c_void,
+            },)*
+        ];
+    };
+}
+
+/// Every hook, CUDA first.
+pub fn all() -> impl Iterator<Item = &'static HookInfo> {
+    cuda::TABLE.iter().chain(nvml::TABLE.iter())
+}
+
+pub fn by_name(name: &str) -> Option<&'static HookInfo> {
+    all().find(|h| h.name == name)
+}
+
+struct LibState {
+    once: Once,
+    ready: AtomicBool,
+    handle: AtomicPtr<c_void>,
+}
+
+static CUDA: LibState = LibState {
+    once: Once::new(),
+    ready: AtomicBool::new(false),
+    handle: AtomicPtr::new(std::ptr::null_mut()),
+};
+static NVML: LibState = LibState {
+    once: Once::new(),
+    ready: AtomicBool::new(false),
+    handle: AtomicPtr::new(std::ptr::null_mut()),
+};
+
+thread_local! {
+    /// Set while this thread loads a driver library, so that a hook reached
+    /// from inside that load (the driver's constructors) passes through
+    /// instead of deadlocking on the once-flag.
+    static LOADING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn state(lib: Lib) -> &'static LibState {
+    match lib {
+        Lib::Cuda => &CUDA,
+        Lib::Nvml => &NVML,
+    }
+}
+
+/// Loads the real library once (`RTLD_NOW | RTLD_NODELETE`) and fills every
+/// real-pointer slot of its hooks by exact versioned name. False when the
+/// library is missing (logged once) or when called re-entrantly from that load.
+pub fn ensure(lib: Lib) -> bool {
+    let st = state(lib);
+    if st.ready.load(Ordering::Acquire) {
+        return true;
+    }
+    if LOADING.with(Cell::get) {
+        return false;
+    }
+    LOADING.with(|l| l.set(true));
+    st.once.call_once(|| load(lib, st));
+    LOADING.with(|l| l.set(false));
+    st.ready.load(Ordering::Acquire)
+}
+
+fn load(lib: Lib, st: &LibState) {
+    if lib == Lib::Cuda {
+        crate::state::note_loader_ready();
+    }
+    let h = match sys::dlopen_now(lib.soname()) {
+        Ok(h) => h,
+        Err(e) => {
+            crate::warn!(
+                "cannot load {}: {e}; its calls fail as missing",
+                lib.soname().to_string_lossy()
+            );
+            return;
+        }
+    };
+    st.handle.store(h, Ordering::Release);
+    let mut missing = 0;
+    for hk in all().filter(|hk| hk.lib == lib) {
+        let Ok(cname) = std::ffi::CString::new(hk.name) else {
+            continue;
+        };
+        let p = sys::lookup(h, &cname);
+        if p == (hk.export)() {
+            // The "driver" resolved to ourselves: never forward into a loop.
+            crate::error!(
+                "{} resolves to libvgpu.so itself; refusing to forward",
+                hk.name
+            );
+            continue;
+        }
+        if p.is_null() {
+            missing += 1;
+        }
+        hk.real.store(p, Ordering::Release);
+    }
+    crate::debug!(
+        "loaded {} ({missing} hooked names absent there)",
+        lib.soname().to_string_lossy()
+    );
+    st.ready.store(true, Ordering::Release);
+}
+
+/// The loaded library's handle (null when not loaded).
+pub fn handle(lib: Lib) -> *mut c_void {
+    state(lib).handle.load(Ordering::Acquire)
+}
+
+/// The typed real function behind `slot`, loading its library on first use.
+#[inline]
+pub fn real<F: Copy>(slot: &AtomicPtr<c_void>, lib: Lib) -> Option<F> {
+    let mut p = slot.load(Ordering::Acquire);
+    if p.is_null() {
+        if !ensure(lib) {
+            return None;
+        }
+        p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+    }
+    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: `F` is the `extern "C" fn` type the hook declared for this
+    // exact versioned symbol, and `p` is that symbol in the driver; function
+    // pointers and data pointers have one size and representation here.
+    Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+pub fn note_panic(name: &str) {
+    crate::error!(
+        "internal error (panic) in {name}; returned an error code instead of unwinding into C"
+    );
+}
+
+/// `dlsym` route: when the real lookup found the very driver function one of
+/// our hooks wraps (or our own export), hand out the hook instead.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string (the `dlsym` contract).
+pub unsafe fn route_dlsym(name: *const c_char, found: *mut c_void) -> *mut c_void {
+    // SAFETY: per this function's contract.
+    let Some(name) = (unsafe { sys::cstr(name) }) else {
+        return found;
+    };
+    if !(name.starts_with("cu") || name.starts_with("nvml")) {
+        return found;
+    }
+    let Some(hk) = by_name(name) else {
+        return found;
+    };
+    if found == (hk.export)() {
+        return found;
+    }
+    if !ensure(hk.lib) {
+        return found;
+    }
+    if found == hk.real.load(Ordering::Acquire) {
+        (hk.export)()
+    } else {
+        found
+    }
+}
+
+/// `cuGetProcAddress` route: the driver already chose the ABI for
+/// (symbol, cudaVersion, flags) and filled `symbolStatus`; substitute our
+/// hook only when its answer is exactly the driver function a hook wraps.
+/// A version that selects an ABI we do not hook gets the driver's pointer.
+pub fn route_proc(symbol: &str, found: *mut c_void) -> *mut c_void {
+    if found.is_null() {
+        return found;
+    }
+    cuda::TABLE
+        .iter()
+        .find(|hk| hk.base == symbol && hk.real.load(Ordering::Acquire) == found)
+        .map_or(found, |hk| (hk.export)())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_versions_sane() {
+        let mut seen = std::collections::HashSet::new();
+        for h in all() {
+            assert!(seen.insert(h.name), "duplicate hook {}", h.name);
+            assert!(
+                h.name.starts_with(h.base),
+                "{} does not extend {}",
+                h.name,
+                h.base
+            );
+            if h.lib == Lib::Cuda {
+                assert!(h.since >= 2000, "{} lacks a cudaVersion", h.name);
+            }
+            assert!(!h.policy.is_empty());
+            assert_eq!(
+                h.ptds,
+                h.name.ends_with("_ptsz") || h.name.ends_with("_ptds"),
+                "{}",
+                h.name
+            );
+        }
+    }
+
+    #[test]
+    fn proc_route_substitutes_only_the_wrapped_pointer() {
+        let hk = by_name("cuMemAlloc_v2").expect("declared");
+        let fake = 0x1000 as *mut c_void;
+        hk.real.store(fake, Ordering::Release);
+        assert_eq!(route_proc("cuMemAlloc", fake), (hk.export)());
+        // Another ABI of the same name (the v1 `cuMemAlloc`) passes through.
+        let other = 0x2000 as *mut c_void;
+        assert_eq!(route_proc("cuMemAlloc", other), other);
+        // A name without hooks passes through.
+        assert_eq!(route_proc("cuGraphLaunch", fake), fake);
+        assert!(route_proc("cuMemAlloc", std::ptr::null_mut()).is_null());
+        hk.real.store(std::ptr::null_mut(), Ordering::Release);
+    }
+}

@@ -1,0 +1,125 @@
+//! Logging by raw `write(2)` to stderr, prefixed `[vgpu]`.
+//!
+//! No allocation, no locks, no global subscriber: the library lives inside
+//! arbitrary host processes. The level comes from `LIBCUDA_LOG_LEVEL`
+//! (0 quiet, 1 errors, 2 warnings (default), 3 info, 4 debug), read once.
+use std::fmt::{self, Write as _};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+pub const ERROR: u8 = 1;
+pub const WARN: u8 = 2;
+pub const INFO: u8 = 3;
+pub const DEBUG: u8 = 4;
+const DEFAULT: u8 = WARN;
+const UNREAD: u8 = u8::MAX;
+
+static LEVEL: AtomicU8 = AtomicU8::new(UNREAD);
+
+/// Parses a `LIBCUDA_LOG_LEVEL` value; `None` when it is not a level.
+pub fn parse_level(v: &str) -> Option<u8> {
+    match v.trim().parse::<u8>() {
+        Ok(n) if n <= DEBUG => Some(n),
+        _ => None,
+    }
+}
+
+/// The active level (reads the environment the first time).
+pub fn level() -> u8 {
+    let l = LEVEL.load(Ordering::Relaxed);
+    if l != UNREAD {
+        return l;
+    }
+    let (lvl, bad) = match std::env::var("LIBCUDA_LOG_LEVEL") {
+        Err(_) => (DEFAULT, None),
+        Ok(v) => match parse_level(&v) {
+            Some(n) => (n, None),
+            None => (DEFAULT, Some(v)),
+        },
+    };
+    LEVEL.store(lvl, Ordering::Relaxed);
+    if let Some(v) = bad {
+        emit(
+            WARN,
+            format_args!("LIBCUDA_LOG_LEVEL={v:?} is not a level 0..4; using {DEFAULT} (warnings)"),
+        );
+    }
+    lvl
+}
+
+pub fn enabled(l: u8) -> bool {
+    l <= level()
+}
+
+/// A fixed stack buffer; overlong messages are cut, never allocated.
+struct Buf {
+    b: [u8; 1024],
+    n: usize,
+}
+
+impl fmt::Write for Buf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = self.b.len() - 1 - self.n; // keep one byte for '\n'
+        let take = s.len().min(room);
+        self.b[self.n..self.n + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.n += take;
+        Ok(())
+    }
+}
+
+/// Writes one line `[vgpu] <pid> <LEVEL> msg\n` with a single `write(2)`.
+pub fn emit(l: u8, args: fmt::Arguments<'_>) {
+    if l > LEVEL.load(Ordering::Relaxed) && l > level() {
+        return;
+    }
+    let mut buf = Buf { b: [0; 1024], n: 0 };
+    let tag = match l {
+        ERROR => "error",
+        WARN => "warn",
+        INFO => "info",
+        _ => "debug",
+    };
+    let _ = write!(buf, "[vgpu] {} {tag}: ", std::process::id());
+    let _ = buf.write_fmt(args);
+    buf.b[buf.n] = b'\n';
+    buf.n += 1;
+    crate::sys::write_stderr(&buf.b[..buf.n]);
+}
+
+#[macro_export]
+macro_rules! log_at {
+    ($lvl:expr, $($t:tt)*) => {
+        if $crate::log::enabled($lvl) {
+            $crate::log::emit($lvl, format_args!($($t)*))
+        }
+    };
+}
+#[macro_export]
+macro_rules! error { ($($t:tt)*) => { $crate::log_at!($crate::log::ERROR, $($t)*) }; }
+#[macro_export]
+macro_rules! warn { ($($t:tt)*) => { $crate::log_at!($crate::log::WARN, $($t)*) }; }
+#[macro_export]
+macro_rules! info { ($($t:tt)*) => { $crate::log_at!($crate::log::INFO, $($t)*) }; }
+#[macro_export]
+macro_rules! debug { ($($t:tt)*) => { $crate::log_at!($crate::log::DEBUG, $($t)*) }; }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_parse_strictly() {
+        assert_eq!(parse_level("0"), Some(0));
+        assert_eq!(parse_level(" 4 "), Some(4));
+        assert_eq!(parse_level("5"), None);
+        assert_eq!(parse_level("debug"), None);
+        assert_eq!(parse_level("-1"), None);
+    }
+
+    #[test]
+    fn buffer_cuts_instead_of_overflowing() {
+        let mut b = Buf { b: [0; 1024], n: 0 };
+        let long = "x".repeat(5000);
+        let _ = b.write_str(&long);
+        assert_eq!(b.n, 1023);
+    }
+}
