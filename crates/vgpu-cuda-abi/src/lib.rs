@@ -7,7 +7,7 @@
 //! driver may return a code this crate does not know, and an enum would make
 //! that undefined behaviour.
 #![deny(unsafe_op_in_unsafe_fn)]
-#![allow(non_camel_case_types, non_snake_case)]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 pub mod cuda;
 pub mod nvml;
