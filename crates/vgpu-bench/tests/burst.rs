@@ -1,0 +1,330 @@
+//! The burst harness on the simulated driver, with real processes.
+//!
+//! These tests need the workspace's cdylibs (`cargo build --workspace`):
+//! the simulated `libcuda.so.1`, and for the vgpu / legacy tests
+//! `libvgpu.so` / `libvgpu_legacy_probe.so`. A missing artifact FAILS the
+//! test with the path it looked for; it never skips.
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vgpu_bench::harness::{self, Mode, RunConfig, RunResult};
+use vgpu_bench::report::{self, Header, Run, SweepReport};
+use vgpu_bench::stats;
+use vgpu_bench::worker::{Resolve, Then};
+use vgpu_sim::{SimHandle, SimOptions};
+
+fn worker_exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vgpu-bench-worker"))
+}
+
+fn artifact(name: &str) -> PathBuf {
+    match vgpu_sim::locate_artifact(name) {
+        Ok(p) => p,
+        Err(e) => panic!("{name} is required by this test and was not found: {e}"),
+    }
+}
+
+fn sim(profile: &str) -> SimHandle {
+    SimHandle::start(SimOptions::profile(profile).expect("profile")).expect(
+        "the simulated driver must start (build the workspace first: cargo build --workspace)",
+    )
+}
+
+fn cfg(mode: Mode, workers: usize, sim: &SimHandle) -> RunConfig {
+    RunConfig {
+        mode,
+        workers,
+        then: Then::None,
+        resolve: Resolve::Default,
+        worker_exe: worker_exe(),
+        env: sim.env(),
+        crash: Vec::new(),
+        timeout: Duration::from_secs(120),
+    }
+}
+
+fn report_of(res: RunResult) -> SweepReport {
+    SweepReport::new(
+        Header::default(),
+        vec![Run {
+            repeat: 0,
+            result: res,
+        }],
+    )
+}
+
+#[test]
+fn every_worker_is_accounted_for_and_a_crash_is_counted_but_not_timed() {
+    let sim = sim("zero");
+    let mut c = cfg(Mode::Native, 16, &sim);
+    c.crash = vec![5];
+    c.then = Then::Alloc;
+    let res = harness::run(&c).expect("run");
+    let s = &res.summary;
+    assert_eq!(res.workers.len(), 16, "one record per worker");
+    assert_eq!(
+        (s.ok, s.failed),
+        (15, 1),
+        "failures: {:?}; log: {:?}",
+        s.failures,
+        res.worker_log
+    );
+    assert_eq!(
+        s.failures.get("signal SIGABRT"),
+        Some(&1),
+        "{:?}",
+        s.failures
+    );
+    let crashed = &res.workers[5];
+    assert!(!crashed.ok);
+    assert_eq!(crashed.signal, Some(libc::SIGABRT));
+    assert_eq!(crashed.latency_ms, None, "a crashed worker has no latency");
+    assert_eq!(
+        crashed.state, "released",
+        "it died after the release, before cuInit"
+    );
+    // Every worker has its own live pid and a distinct one.
+    let pids: BTreeSet<u32> = res.workers.iter().filter_map(|w| w.pid).collect();
+    assert_eq!(pids.len(), 16);
+    for w in res.workers.iter().filter(|w| w.ok) {
+        assert_eq!(w.init_result, Some(0));
+        assert_eq!(w.then_result, Some(0));
+        assert!(w.t_ready_ns <= w.t_released_ns && w.t_released_ns <= w.t_entry_ns);
+        assert!(w.t_entry_ns <= w.t_init_return_ns && w.t_init_return_ns <= w.t_return_ns);
+        assert!(w.cpu_ms.is_some());
+    }
+    // The summary's percentiles are nearest-rank over the 15 ok workers only.
+    let mut lat: Vec<f64> = res
+        .workers
+        .iter()
+        .filter(|w| w.ok)
+        .map(|w| w.latency_ms.unwrap())
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    assert_eq!(lat.len(), 15);
+    // Hand-computed ranks for n = 15: p50 -> ceil(7.5) = 8, p95 -> ceil(14.25) = 15,
+    // p99 -> 15, max -> 15.
+    assert_eq!(s.p50_ms, Some(lat[7]));
+    assert_eq!(s.p95_ms, Some(lat[14]));
+    assert_eq!(s.p99_ms, Some(lat[14]));
+    assert_eq!(s.max_ms, Some(lat[14]));
+    assert_eq!(s.min_ms, Some(lat[0]));
+    assert_eq!(stats::nearest_rank(&lat, 50.0), Some(lat[7]));
+    // The ranked compositions name real ok workers.
+    let ranks: Vec<&str> = res.compositions.iter().map(|c| c.rank).collect();
+    assert_eq!(ranks, ["p50", "p95", "p99", "max"]);
+    assert!(res.compositions.iter().all(|c| c.index != 5));
+    // And the text report says all of it.
+    let text = report::text(&report_of(res));
+    assert!(text.contains("signal SIGABRT: 1"), "{text}");
+    assert!(text.contains("nearest-rank"), "{text}");
+}
+
+#[test]
+fn json_schema_is_stable() {
+    let sim = sim("zero");
+    let res = harness::run(&cfg(Mode::Native, 2, &sim)).expect("run");
+    let rep = report_of(res);
+    let v: serde_json::Value = serde_json::from_str(&report::json(&rep)).unwrap();
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        v.as_object()
+            .expect("object")
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    let set = |s: &[&str]| -> Vec<String> {
+        s.iter()
+            .map(|x| x.to_string())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(
+        keys(&v),
+        set(&[
+            "schema",
+            "header",
+            "percentile_definition",
+            "phase_names",
+            "runs",
+            "fits"
+        ])
+    );
+    assert_eq!(v["schema"], "vgpu-bench-init/1");
+    assert_eq!(
+        keys(&v["header"]),
+        set(&[
+            "command",
+            "revision",
+            "driver",
+            "sim_profile",
+            "cpus",
+            "cpu_model",
+            "kernel",
+            "started_unix",
+            "seed",
+            "order"
+        ])
+    );
+    let run = &v["runs"][0];
+    assert_eq!(
+        keys(run),
+        set(&[
+            "repeat",
+            "summary",
+            "compositions",
+            "region",
+            "worker_log",
+            "workers"
+        ])
+    );
+    assert_eq!(
+        keys(&run["summary"]),
+        set(&[
+            "mode",
+            "workers",
+            "ok",
+            "failed",
+            "p50_ms",
+            "p95_ms",
+            "p99_ms",
+            "max_ms",
+            "min_ms",
+            "mean_ms",
+            "wall_ms",
+            "release_spread_ms",
+            "cpu_ms_total",
+            "failures",
+            "then",
+            "resolve",
+        ])
+    );
+    assert_eq!(
+        keys(&run["workers"][0]),
+        set(&[
+            "index",
+            "pid",
+            "ok",
+            "reason",
+            "exit_code",
+            "signal",
+            "init_result",
+            "then_result",
+            "state",
+            "resolve_ms",
+            "release_offset_ms",
+            "latency_ms",
+            "init_ms",
+            "return_offset_ms",
+            "cpu_ms",
+            "t_ready_ns",
+            "t_released_ns",
+            "t_entry_ns",
+            "t_init_return_ns",
+            "t_return_ns",
+            "phases_ns",
+            "phases_monotonic",
+            "identity_tier",
+            "fallbacks",
+            "post_init_waits",
+        ])
+    );
+    assert_eq!(run["summary"]["mode"], "native");
+    assert_eq!(run["summary"]["workers"], 2);
+    assert_eq!(run["summary"]["ok"], 2, "{run}");
+    // The raw CSV has a header plus one line per worker.
+    assert_eq!(report::raw_csv(&rep).lines().count(), 3);
+}
+
+#[test]
+fn vgpu_phase_vectors_are_monotonic_and_in_the_report() {
+    let lib = artifact("libvgpu.so");
+    let sim = sim("zero");
+    let res = harness::run(&cfg(Mode::Vgpu { lib }, 16, &sim)).expect("run");
+    assert_eq!(
+        (res.summary.ok, res.summary.failed),
+        (16, 0),
+        "{:?} {:?}",
+        res.summary.failures,
+        res.worker_log
+    );
+    let region = res.region.clone().expect("vgpu mode reads the region");
+    assert_eq!(region.error, None);
+    assert_eq!(
+        region.workers_matched, 16,
+        "every worker's slot found by pid"
+    );
+    assert_eq!(
+        (region.phases_monotonic, region.phases_not_monotonic),
+        (16, 0)
+    );
+    for w in &res.workers {
+        let p = w.phases_ns.expect("phase vector");
+        // wrapper enter, region mapped, slot claimed, real init enter/exit,
+        // post-init exit, wrapper exit are on every cuInit path.
+        for i in [1, 2, 3, 4, 5, 8, 9] {
+            assert_ne!(
+                p[i],
+                0,
+                "worker {} phase {} missing: {p:?}",
+                w.index,
+                vgpu_bench::phases::PHASE_NAMES[i]
+            );
+        }
+        assert_eq!(w.phases_monotonic, Some(true));
+    }
+    let text = report::text(&report_of(res));
+    for seg in ["driver cuInit", "map region", "claim slot", "post-init"] {
+        assert!(text.contains(seg), "report lacks {seg:?}:\n{text}");
+    }
+    assert!(text.contains("phase vectors monotonic 16/16"), "{text}");
+}
+
+#[test]
+fn legacy_probe_serializes_its_probe_and_finds_each_host_pid() {
+    let lib = artifact("libvgpu_legacy_probe.so");
+    let sim = sim("zero");
+    let trace = tempfile::NamedTempFile::new().unwrap();
+    let mut c = cfg(
+        Mode::Preload {
+            label: "legacy-probe".into(),
+            lib,
+        },
+        8,
+        &sim,
+    );
+    c.env.push((
+        "VGPU_LEGACY_PROBE_TRACE".into(),
+        trace.path().display().to_string(),
+    ));
+    let res = harness::run(&c).expect("run");
+    assert_eq!(
+        (res.summary.ok, res.summary.failed),
+        (8, 0),
+        "{:?} {:?}",
+        res.summary.failures,
+        res.worker_log
+    );
+    let text = std::fs::read_to_string(trace.path()).unwrap();
+    let mut spans: Vec<(u32, u64, u64, u32)> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+            (f[0] as u32, f[1], f[2], f[3] as u32)
+        })
+        .collect();
+    assert_eq!(spans.len(), 8, "one probe per worker:\n{text}");
+    spans.sort_by_key(|s| s.1);
+    for w in spans.windows(2) {
+        assert!(w[0].2 <= w[1].1, "probes overlap (lock not held): {w:?}");
+    }
+    let worker_pids: BTreeSet<u32> = res.workers.iter().filter_map(|w| w.pid).collect();
+    for (pid, _, _, found) in &spans {
+        assert!(worker_pids.contains(pid));
+        assert_eq!(found, pid, "the NVML diff names the probing process itself");
+    }
+}
