@@ -1,1 +1,263 @@
-fn main() {}
+//! Test and benchmark worker for vgpu-region (built with the `failpoints`
+//! feature under `cargo test`/`cargo bench`). One process per invocation:
+//!
+//! - `script REGION OPS`: comma-separated steps: `create:<slots>:<limit>`,
+//!   `open`, `register`, `reserve:<bytes>`, `release:<bytes>`, `reclaim`,
+//!   `unregister`, `die`. Prints `slot=N`, `reclaimed=N`, `refused`, `ok`.
+//! - `burst REGION GATE HOLD MODE`: open, wait on the GATE file's shared
+//!   flock (the parent holds it exclusively and releases everyone at once),
+//!   register (MODE `cas`) or register under an exclusive flock of
+//!   `REGION.lock` (MODE `flock`, the serialized baseline), print
+//!   `pid=… slot=… start_ns=… end_ns=…`, then wait on HOLD likewise and exit.
+//! - `race REGION BARRIER THREADS ROUNDS CHUNK PARTIES`: every thread reserves
+//!   CHUNK each round between two barriers; winners count themselves in
+//!   the barrier file and check the admitted total never exceeds the limit.
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Region, SlotId};
+
+mod barrier {
+    //! A barrier and tallies in a small shared file (test coordination only).
+    use std::sync::atomic::AtomicU32;
+
+    /// Cells: 0 arrived, 1 generation, 2 over-limit count, 3.. wins per round.
+    pub struct Shared {
+        map: memmap2::MmapRaw,
+        cells: usize,
+    }
+
+    impl Shared {
+        pub fn open(path: &std::path::Path) -> std::io::Result<Shared> {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)?;
+            let len = f.metadata()?.len() as usize;
+            let map = memmap2::MmapOptions::new().len(len).map_raw(&f)?;
+            Ok(Shared {
+                map,
+                cells: len / 4,
+            })
+        }
+
+        pub fn cell(&self, i: usize) -> &AtomicU32 {
+            assert!(i < self.cells, "barrier cell {i} out of range");
+            // SAFETY: the mapping is page-aligned, holds `cells` u32s
+            // (checked above), lives as long as `self`, and every process
+            // touches it only through atomics.
+            unsafe { &*(self.map.as_mut_ptr() as *const AtomicU32).add(i) }
+        }
+    }
+}
+
+fn fail(msg: String) -> ExitCode {
+    eprintln!("vgpu-region-worker: {msg}");
+    ExitCode::from(2)
+}
+
+fn flock_shared(path: &str) -> Result<File, String> {
+    let f = File::open(path).map_err(|e| format!("open {path}: {e}"))?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockShared)
+        .map_err(|e| format!("flock {path}: {e}"))?;
+    Ok(f)
+}
+
+fn reg<'a>(r: &'a Option<Region>, op: &str) -> Result<&'a Region, String> {
+    r.as_ref().ok_or(format!("op {op:?} before open"))
+}
+
+fn script(region: &str, ops: &str) -> Result<(), String> {
+    let path = Path::new(region);
+    let mut r: Option<Region> = None;
+    let mut slot: Option<SlotId> = None;
+    for op in ops.split(',') {
+        let mut parts = op.split(':');
+        let name = parts.next().unwrap_or("");
+        let arg = |i: usize| -> Result<u64, String> {
+            op.split(':')
+                .nth(i)
+                .and_then(|v| v.parse().ok())
+                .ok_or(format!("op {op:?}: argument {i} missing"))
+        };
+        match name {
+            "create" => {
+                let opts = CreateOptions {
+                    slots: arg(1)? as u32,
+                    devices: vec![DeviceConfig {
+                        uuid: "GPU-worker".into(),
+                        mem_limit: arg(2)?,
+                        sm_limit: 0,
+                    }],
+                };
+                r = Some(
+                    Region::open_or_create(path, &opts)
+                        .map_err(|e| format!("{e}"))?
+                        .0,
+                );
+            }
+            "open" => r = Some(Region::open(path).map_err(|e| format!("{e}"))?),
+            "register" => {
+                let s = reg(&r, op)?.register().map_err(|e| format!("{e}"))?;
+                println!("slot={}", s.0);
+                slot = Some(s);
+            }
+            "reserve" => {
+                let s = slot.ok_or("reserve before register")?;
+                match reg(&r, op)?.reserve(s, 0, MemKind::Data, arg(1)?) {
+                    Ok(()) => {}
+                    Err(e) => println!("refused {e}"),
+                }
+            }
+            "release" => {
+                let s = slot.ok_or("release before register")?;
+                reg(&r, op)?.release(s, 0, MemKind::Data, arg(1)?);
+            }
+            "reclaim" => println!("reclaimed={}", reg(&r, op)?.reclaim_dead()),
+            "unregister" => reg(&r, op)?.unregister(slot.ok_or("unregister before register")?),
+            "die" => {
+                let _ = rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::KILL,
+                );
+            }
+            other => return Err(format!("unknown op {other:?}")),
+        }
+        let _ = parts;
+    }
+    println!("ok");
+    Ok(())
+}
+
+fn burst(region: &str, gate: &str, hold: &str, mode: &str) -> Result<(), String> {
+    let r = Region::open(Path::new(region)).map_err(|e| format!("{e}"))?;
+    let lock_path = format!("{region}.lock");
+    let lock_file = if mode == "flock" {
+        Some(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&lock_path)
+                .map_err(|e| format!("open {lock_path}: {e}"))?,
+        )
+    } else {
+        None
+    };
+    use std::io::Write;
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let g = flock_shared(gate)?;
+    let start = vgpu_region::monotonic_ns();
+    let slot = match &lock_file {
+        // The baseline HAMi-core uses: every registration queues on one
+        // lock (a semaphore there, a flock here) around the same claim.
+        Some(f) => {
+            rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive)
+                .map_err(|e| format!("flock: {e}"))?;
+            let s = r.register();
+            let _ = rustix::fs::flock(f, rustix::fs::FlockOperation::Unlock);
+            s
+        }
+        None => r.register(),
+    }
+    .map_err(|e| format!("{e}"))?;
+    let end = vgpu_region::monotonic_ns();
+    drop(g);
+    if r.device_count() > 0 {
+        r.reserve(slot, 0, MemKind::Data, 4096)
+            .map_err(|e| format!("{e}"))?;
+    }
+    println!(
+        "pid={} slot={} start_ns={start} end_ns={end}",
+        std::process::id(),
+        slot.0
+    );
+    let _ = std::io::stdout().flush();
+    let _h = flock_shared(hold)?;
+    Ok(())
+}
+
+fn wait_barrier(sh: &barrier::Shared, parties: u32) -> Result<(), String> {
+    let gen = sh.cell(1).load(SeqCst);
+    if sh.cell(0).fetch_add(1, SeqCst) + 1 == parties {
+        sh.cell(0).store(0, SeqCst);
+        sh.cell(1).fetch_add(1, SeqCst);
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut n = 0u32;
+    while sh.cell(1).load(SeqCst) == gen {
+        n += 1;
+        if n % 64 == 0 && Instant::now() > deadline {
+            return Err("barrier timed out".into());
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+fn race(args: &[String]) -> Result<(), String> {
+    let [region, barrier, threads, rounds, chunk, parties] = args else {
+        return Err("race REGION BARRIER THREADS ROUNDS CHUNK PARTIES".into());
+    };
+    let num = |s: &String| s.parse::<u64>().map_err(|_| format!("bad number {s:?}"));
+    let (threads, rounds, chunk, parties) = (
+        num(threads)?,
+        num(rounds)? as usize,
+        num(chunk)?,
+        num(parties)? as u32,
+    );
+    let r = Region::open(Path::new(region)).map_err(|e| format!("{e}"))?;
+    let sh = barrier::Shared::open(Path::new(barrier)).map_err(|e| format!("{e}"))?;
+    let slot = r.register().map_err(|e| format!("{e}"))?;
+    let limit = r.limits(0).mem;
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                sc.spawn(|| -> Result<(), String> {
+                    for round in 0..rounds {
+                        wait_barrier(&sh, parties)?;
+                        let won = r.reserve(slot, 0, MemKind::Data, chunk).is_ok();
+                        if won {
+                            sh.cell(3 + round).fetch_add(1, SeqCst);
+                            // Admitted bytes (kind counters) of every slot.
+                            let admitted = r.snapshot().devices[0].data;
+                            if admitted > limit {
+                                sh.cell(2).fetch_add(1, SeqCst);
+                            }
+                        }
+                        wait_barrier(&sh, parties)?;
+                        if won {
+                            r.release(slot, 0, MemKind::Data, chunk);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "thread panicked".to_string())?)
+    })?;
+    r.unregister(slot);
+    println!("ok");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let res = match args.first().map(String::as_str) {
+        Some("script") if args.len() == 3 => script(&args[1], &args[2]),
+        Some("burst") if args.len() == 5 => burst(&args[1], &args[2], &args[3], &args[4]),
+        Some("race") => race(&args[1..]),
+        _ => Err(format!("usage: script|burst|race …, got {args:?}")),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}

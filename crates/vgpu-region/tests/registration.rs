@@ -1,0 +1,82 @@
+//! 256 fork+exec workers released together register without a global lock.
+mod common;
+
+use std::collections::HashSet;
+use std::io::BufReader;
+use std::os::unix::process::ExitStatusExt;
+
+use common::*;
+use vgpu_region::{CreateOptions, DeviceConfig, Region};
+
+#[test]
+fn burst_of_256_registers_exactly_and_reclaims_to_zero() {
+    const N: usize = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("region");
+    let (r, _) = Region::open_or_create(
+        &path,
+        &CreateOptions {
+            slots: 1024,
+            devices: vec![DeviceConfig {
+                uuid: "GPU-burst".into(),
+                mem_limit: 0,
+                sm_limit: 0,
+            }],
+        },
+    )
+    .unwrap();
+    let mut gate = Gate::closed(&dir.path().join("gate"));
+    let mut hold = Gate::closed(&dir.path().join("hold"));
+    let mut kids = Vec::new();
+    for _ in 0..N {
+        let mut c = worker();
+        c.args(["burst", path.to_str().unwrap()])
+            .arg(&gate.path)
+            .arg(&hold.path)
+            .arg("cas");
+        let mut k = spawn(c);
+        let out = BufReader::new(k.stdout.take().unwrap());
+        kids.push((k, out));
+    }
+    // Everyone has mapped the region and waits at the gate.
+    for (_, out) in kids.iter_mut() {
+        assert_eq!(read_line(out), "ready");
+    }
+    gate.open();
+    let mut pids = HashSet::new();
+    let mut slots = HashSet::new();
+    for (k, out) in kids.iter_mut() {
+        let line = read_line(out);
+        let field = |name: &str| -> u32 {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(field("pid="), k.id());
+        assert!(pids.insert(field("pid=")));
+        assert!(
+            slots.insert(field("slot=")),
+            "slot handed out twice: {line}"
+        );
+    }
+    // All alive and holding: exactly N live slots, one per PID.
+    let snap = r.snapshot();
+    assert_eq!(snap.slots.len(), N);
+    let snap_pids: HashSet<u32> = snap.slots.iter().map(|s| s.pid).collect();
+    assert_eq!(snap_pids, pids);
+    let snap_slots: HashSet<u32> = snap.slots.iter().map(|s| s.index).collect();
+    assert_eq!(snap_slots, slots);
+    assert_eq!(r.device_used(0), N as u64 * 4096);
+    hold.open();
+    for (mut k, _) in kids {
+        let st = k.wait().unwrap();
+        assert!(st.success(), "worker failed: {st:?} {:?}", st.signal());
+    }
+    // They exited without unregistering: reclaim finds every one dead.
+    assert_eq!(r.reclaim_dead(), N);
+    assert_eq!(r.live_slots(), 0);
+    assert_eq!(r.device_used(0), 0);
+    assert_eq!(r.reclaim_dead(), 0);
+}
