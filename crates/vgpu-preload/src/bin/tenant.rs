@@ -1,1 +1,319 @@
-fn main() {}
+//! `vgpu-demo-tenant`: a small GPU application for the demo, the tests and
+//! the wrapper benchmark. It uses the driver the way real programs do:
+//! `dlopen("libcuda.so.1")` / `dlopen("libnvidia-ml.so.1")` and calls
+//! through whatever `dlsym` gives it, so under `LD_PRELOAD=libvgpu.so` it
+//! goes through the interposer and without it straight to the driver.
+//!
+//! Modes:
+//! - `run` (default): init, fill device memory in chunks up to `--target`
+//!   (or until refused), report both memory views, optionally hold until
+//!   stdin closes, free everything.
+//! - `bench`: median ns per call of cuMemAlloc_v2+cuMemFree_v2,
+//!   cuLaunchKernel and cuMemGetInfo_v2.
+//!
+//! Output: `key=value` lines, one per fact, easy to parse and to read.
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Instant;
+
+type CUresult = c_uint;
+type CUdevice = c_int;
+type Ptr = *mut c_void;
+
+struct Lib(Ptr);
+
+impl Lib {
+    fn open(name: &CStr) -> Result<Lib, String> {
+        // SAFETY: NUL-terminated name, valid flags.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if h.is_null() {
+            // SAFETY: dlerror returns null or a NUL-terminated string.
+            let e = unsafe { libc::dlerror() };
+            let msg = if e.is_null() {
+                "unknown error".into()
+            } else {
+                // SAFETY: non-null, NUL-terminated.
+                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+            };
+            return Err(format!("dlopen {}: {msg}", name.to_string_lossy()));
+        }
+        Ok(Lib(h))
+    }
+
+    /// The symbol as the loader gives it, typed by the caller.
+    fn sym<F: Copy>(&self, name: &CStr) -> Result<F, String> {
+        // SAFETY: valid handle and NUL-terminated name.
+        let p = unsafe { libc::dlsym(self.0, name.as_ptr()) };
+        if p.is_null() {
+            return Err(format!("{} not found", name.to_string_lossy()));
+        }
+        // SAFETY: each call site names the C type of the symbol it asks for.
+        Ok(unsafe { std::mem::transmute_copy::<Ptr, F>(&p) })
+    }
+}
+
+struct Cuda {
+    init: unsafe extern "C" fn(c_uint) -> CUresult,
+    device_get: unsafe extern "C" fn(*mut CUdevice, c_int) -> CUresult,
+    retain: unsafe extern "C" fn(*mut Ptr, CUdevice) -> CUresult,
+    release: unsafe extern "C" fn(CUdevice) -> CUresult,
+    set_current: unsafe extern "C" fn(Ptr) -> CUresult,
+    alloc: unsafe extern "C" fn(*mut u64, usize) -> CUresult,
+    free: unsafe extern "C" fn(u64) -> CUresult,
+    info: unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult,
+    total: unsafe extern "C" fn(*mut usize, CUdevice) -> CUresult,
+}
+
+impl Cuda {
+    fn load(l: &Lib) -> Result<Cuda, String> {
+        Ok(Cuda {
+            init: l.sym(c"cuInit")?,
+            device_get: l.sym(c"cuDeviceGet")?,
+            retain: l.sym(c"cuDevicePrimaryCtxRetain")?,
+            release: l.sym(c"cuDevicePrimaryCtxRelease_v2")?,
+            set_current: l.sym(c"cuCtxSetCurrent")?,
+            alloc: l.sym(c"cuMemAlloc_v2")?,
+            free: l.sym(c"cuMemFree_v2")?,
+            info: l.sym(c"cuMemGetInfo_v2")?,
+            total: l.sym(c"cuDeviceTotalMem_v2")?,
+        })
+    }
+}
+
+fn check(what: &str, r: CUresult) -> Result<(), String> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: CUresult {r}"))
+    }
+}
+
+struct Opts {
+    mode: String,
+    name: String,
+    device: i32,
+    chunk: u64,
+    target: u64,
+    hold: bool,
+    iters: u32,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    let n: u64 = t[..digits].parse().map_err(|_| format!("bad size {s:?}"))?;
+    let shift = match t[digits..].trim() {
+        "" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => return Err(format!("bad size suffix in {s:?}")),
+    };
+    Ok(n << shift)
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts { mode: "run".into(), name: "tenant".into(), device: 0, chunk: 256 << 20, target: u64::MAX, hold: false, iters: 20000 };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "run" | "bench" => o.mode = a.clone(),
+            "--name" => o.name = val()?,
+            "--device" => o.device = val()?.parse().map_err(|_| "bad --device".to_string())?,
+            "--chunk" => o.chunk = parse_size(&val()?)?,
+            "--target" => o.target = parse_size(&val()?)?,
+            "--iters" => o.iters = val()?.parse().map_err(|_| "bad --iters".to_string())?,
+            "--hold" => o.hold = true,
+            "-h" | "--help" => {
+                println!("usage: vgpu-demo-tenant [run|bench] [--name N] [--device D] [--chunk SIZE] [--target SIZE] [--hold] [--iters N]");
+                std::process::exit(0);
+            }
+            _ => return Err(format!("unknown argument {a:?}")),
+        }
+    }
+    Ok(o)
+}
+
+fn nvml_view(device: i32) -> Result<(u32, u64, u64, u64), String> {
+    let l = Lib::open(c"libnvidia-ml.so.1")?;
+    let init: unsafe extern "C" fn() -> c_uint = l.sym(c"nvmlInit_v2")?;
+    let count: unsafe extern "C" fn(*mut c_uint) -> c_uint = l.sym(c"nvmlDeviceGetCount_v2")?;
+    let by_index: unsafe extern "C" fn(c_uint, *mut Ptr) -> c_uint = l.sym(c"nvmlDeviceGetHandleByIndex_v2")?;
+    let mem: unsafe extern "C" fn(Ptr, *mut [u64; 3]) -> c_uint = l.sym(c"nvmlDeviceGetMemoryInfo")?;
+    let shutdown: unsafe extern "C" fn() -> c_uint = l.sym(c"nvmlShutdown")?;
+    // SAFETY: NVML's documented calls with valid out-pointers.
+    unsafe {
+        if init() != 0 {
+            return Err("nvmlInit_v2 failed".into());
+        }
+        let mut n: c_uint = 0;
+        count(&mut n);
+        let mut h: Ptr = std::ptr::null_mut();
+        let r = by_index(device as c_uint, &mut h);
+        if r != 0 {
+            shutdown();
+            return Err(format!("nvmlDeviceGetHandleByIndex_v2({device}) failed: {r}"));
+        }
+        let mut m = [0u64; 3];
+        let r = mem(h, &mut m);
+        shutdown();
+        if r != 0 {
+            return Err(format!("nvmlDeviceGetMemoryInfo failed: {r}"));
+        }
+        Ok((n, m[0], m[1], m[2]))
+    }
+}
+
+fn run(o: &Opts) -> Result<(), String> {
+    let l = Lib::open(c"libcuda.so.1")?;
+    let cu = Cuda::load(&l)?;
+    let p = |k: &str, v: &dyn std::fmt::Display| println!("{}.{k}={v}", o.name);
+    let mut dev: CUdevice = 0;
+    let mut ctx: Ptr = std::ptr::null_mut();
+    // SAFETY: the driver's documented calls with valid out-pointers.
+    unsafe {
+        check("cuInit", (cu.init)(0))?;
+        check("cuDeviceGet", (cu.device_get)(&mut dev, o.device))?;
+        check("cuDevicePrimaryCtxRetain", (cu.retain)(&mut ctx, dev))?;
+        check("cuCtxSetCurrent", (cu.set_current)(ctx))?;
+    }
+    let (mut free, mut total, mut dtotal) = (0usize, 0usize, 0usize);
+    // SAFETY: valid out-pointers.
+    unsafe {
+        check("cuMemGetInfo_v2", (cu.info)(&mut free, &mut total))?;
+        check("cuDeviceTotalMem_v2", (cu.total)(&mut dtotal, dev))?;
+    }
+    p("pid", &std::process::id());
+    p("device_total", &dtotal);
+    p("before.free", &free);
+    p("before.total", &total);
+    let mut ptrs = Vec::new();
+    let mut held: u64 = 0;
+    let mut refused = None;
+    while held < o.target {
+        let n = o.chunk.min(o.target - held);
+        let mut d: u64 = 0;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { (cu.alloc)(&mut d, n as usize) };
+        if r != 0 {
+            refused = Some((n, r));
+            break;
+        }
+        ptrs.push(d);
+        held += n;
+    }
+    p("allocated", &held);
+    p("allocations", &ptrs.len());
+    match refused {
+        Some((n, r)) => {
+            p("refused.bytes", &n);
+            p("refused.code", &r);
+        }
+        None => p("refused.bytes", &0),
+    }
+    // SAFETY: valid out-pointers.
+    unsafe { check("cuMemGetInfo_v2", (cu.info)(&mut free, &mut total))? };
+    p("after.free", &free);
+    p("after.total", &total);
+    match nvml_view(o.device) {
+        Ok((n, t, f, u)) => {
+            p("nvml.count", &n);
+            p("nvml.total", &t);
+            p("nvml.free", &f);
+            p("nvml.used", &u);
+        }
+        Err(e) => p("nvml.error", &e),
+    }
+    if o.hold {
+        println!("{}.holding=1", o.name);
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+    }
+    for d in ptrs {
+        // SAFETY: a pointer this process allocated.
+        unsafe { (cu.free)(d) };
+    }
+    // SAFETY: releases the retain above.
+    unsafe { (cu.release)(dev) };
+    p("done", &1);
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn bench(o: &Opts) -> Result<(), String> {
+    let l = Lib::open(c"libcuda.so.1")?;
+    let cu = Cuda::load(&l)?;
+    type Load = unsafe extern "C" fn(*mut Ptr, *const c_void) -> CUresult;
+    type GetFn = unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> CUresult;
+    type Launch = unsafe extern "C" fn(Ptr, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Ptr, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+    let load: Load = l.sym(c"cuModuleLoadData")?;
+    let getf: GetFn = l.sym(c"cuModuleGetFunction")?;
+    let launch: Launch = l.sym(c"cuLaunchKernel")?;
+    let mut dev: CUdevice = 0;
+    let mut ctx: Ptr = std::ptr::null_mut();
+    let mut module: Ptr = std::ptr::null_mut();
+    let mut func: Ptr = std::ptr::null_mut();
+    let image = c"vgpu-sim-module v1\nkernel spin\n";
+    // SAFETY: the driver's documented calls with valid out-pointers.
+    unsafe {
+        check("cuInit", (cu.init)(0))?;
+        check("cuDeviceGet", (cu.device_get)(&mut dev, o.device))?;
+        check("cuDevicePrimaryCtxRetain", (cu.retain)(&mut ctx, dev))?;
+        check("cuCtxSetCurrent", (cu.set_current)(ctx))?;
+        check("cuModuleLoadData", load(&mut module, image.as_ptr().cast()))?;
+        check("cuModuleGetFunction", getf(&mut func, module, c"spin".as_ptr()))?;
+    }
+    let batches = 15;
+    let per = (o.iters / batches).max(1);
+    let time = |f: &mut dyn FnMut()| -> f64 {
+        let mut v = Vec::new();
+        for _ in 0..batches {
+            let t = Instant::now();
+            for _ in 0..per {
+                f();
+            }
+            v.push(t.elapsed().as_nanos() as f64 / per as f64);
+        }
+        median(v)
+    };
+    let alloc_free = time(&mut || {
+        let mut d = 0u64;
+        // SAFETY: valid out-pointer; frees what it allocated.
+        unsafe {
+            (cu.alloc)(&mut d, 1 << 20);
+            (cu.free)(d);
+        }
+    });
+    let mut block_ns: u64 = 0;
+    let launch_ns = time(&mut || {
+        let mut args = [(&mut block_ns as *mut u64).cast::<c_void>()];
+        // SAFETY: a valid function handle and argument array.
+        unsafe { launch(func, 1, 1, 1, 32, 1, 1, 0, std::ptr::null_mut(), args.as_mut_ptr(), std::ptr::null_mut()) };
+    });
+    let info_ns = time(&mut || {
+        let (mut f, mut t) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        unsafe { (cu.info)(&mut f, &mut t) };
+    });
+    println!("bench.alloc_free_ns={alloc_free:.1}");
+    println!("bench.launch_ns={launch_ns:.1}");
+    println!("bench.mem_get_info_ns={info_ns:.1}");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let r = parse_args().and_then(|o| if o.mode == "bench" { bench(&o) } else { run(&o) });
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vgpu-demo-tenant: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
