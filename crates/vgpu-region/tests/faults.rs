@@ -1,0 +1,209 @@
+//! Every fail point: a worker is SIGKILLed there ≥ 50 times (half by its own
+//! SIGKILL, half stopped there first and killed by us). While it is stopped
+//! mid-step, newcomers still open, register, reserve and release (nothing
+//! waits on it); after it dies, one reclaim pass leaves the ledger exact:
+//! only the survivor's slot and bytes remain.
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Region, RegionError, Usage};
+
+const KILLS: usize = 50;
+const SURVIVOR_BYTES: u64 = 100 << 20;
+
+fn opts() -> CreateOptions {
+    CreateOptions {
+        slots: 32,
+        devices: vec![DeviceConfig {
+            uuid: "GPU-faults".into(),
+            mem_limit: 1 << 30,
+            sm_limit: 0,
+        }],
+    }
+}
+
+fn run_worker(path: &Path, ops: &str, fail: Option<(&str, &str)>) -> std::process::Child {
+    let mut c = worker();
+    c.arg("script").arg(path).arg(ops);
+    if let Some((step, action)) = fail {
+        c.env(vgpu_region::failpoint::ENV, format!("{step}:{action}"));
+    }
+    c.stdout(std::process::Stdio::null());
+    c.spawn().expect("spawn worker")
+}
+
+fn assert_killed(c: &mut std::process::Child) {
+    let st = c.wait().unwrap();
+    assert_eq!(
+        st.signal(),
+        Some(9),
+        "worker was not killed at its fail point: {st:?}"
+    );
+}
+
+/// A newcomer's full round trip on its own mapping; must not wait on anyone.
+fn newcomer(path: &Path) {
+    let r = Region::open(path).unwrap();
+    let s = r.register().unwrap();
+    r.reserve(s, 0, MemKind::Data, 12345).unwrap();
+    let rel = r.release(s, 0, MemKind::Data, 12345);
+    assert_eq!(rel.released, 12345);
+    r.unregister(s);
+}
+
+/// Kills a worker at `step` KILLS times; `ops` is its script, `victim`
+/// (if any) a script run to death first to leave a slot to reclaim, and
+/// `reclaims` how many slots the survivor must reclaim after each kill.
+fn fault(step: &str, ops: &str, victim: Option<&str>, reclaims: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("region");
+    let (r, _) = Region::open_or_create(&path, &opts()).unwrap();
+    let me = r.register().unwrap();
+    r.reserve(me, 0, MemKind::Context, SURVIVOR_BYTES).unwrap();
+    let mut kills = 0;
+    for i in 0..KILLS {
+        if let Some(v) = victim {
+            let mut c = run_worker(&path, v, None);
+            assert_killed(&mut c);
+        }
+        let stop = i % 2 == 1;
+        let mut c = run_worker(&path, ops, Some((step, if stop { "stop" } else { "die" })));
+        if stop {
+            assert!(
+                wait_stopped(&mut c),
+                "{step}: worker exited instead of stopping"
+            );
+            // Stopped, not dead: its slot must not be taken from it...
+            assert_eq!(
+                r.reclaim_dead(),
+                0,
+                "{step}: reclaimed a live (stopped) owner"
+            );
+            // ...and nobody waits for it.
+            newcomer(&path);
+            sigkill(&c);
+        }
+        assert_killed(&mut c);
+        kills += 1;
+        assert_eq!(r.reclaim_dead(), reclaims, "{step}: iteration {i}");
+        assert_eq!(r.live_slots(), 1, "{step}: iteration {i}");
+        assert_eq!(r.device_used(0), SURVIVOR_BYTES, "{step}: iteration {i}");
+        assert_eq!(
+            r.slot(me).usage(0),
+            Usage {
+                context: SURVIVOR_BYTES,
+                module: 0,
+                data: 0,
+                total: SURVIVOR_BYTES
+            }
+        );
+    }
+    assert!(kills >= KILLS);
+    // The region still works for everyone.
+    newcomer(&path);
+    assert_eq!(r.device_used(0), SURVIVOR_BYTES);
+}
+
+const VICTIM: &str = "open,register,reserve:4096,die";
+
+#[test]
+fn kill_before_claim() {
+    fault("register.before_claim", "open,register", None, 0);
+}
+
+#[test]
+fn kill_after_claim_before_owner_details() {
+    fault("register.after_claim", "open,register", None, 1);
+}
+
+#[test]
+fn kill_between_add_and_admission_check() {
+    fault("reserve.after_add", "open,register,reserve:4096", None, 1);
+}
+
+#[test]
+fn kill_between_admission_and_kind_counter() {
+    fault("reserve.before_kind", "open,register,reserve:4096", None, 1);
+}
+
+#[test]
+fn kill_mid_release() {
+    fault(
+        "release.after_kind",
+        "open,register,reserve:4096,release:4096",
+        None,
+        1,
+    );
+}
+
+#[test]
+fn kill_mid_unregister() {
+    fault(
+        "unregister.after_mark",
+        "open,register,reserve:4096,unregister",
+        None,
+        1,
+    );
+}
+
+#[test]
+fn kill_reclaimer_after_mark() {
+    fault("reclaim.after_mark", "open,reclaim", Some(VICTIM), 1);
+}
+
+#[test]
+fn kill_reclaimer_mid_clear() {
+    fault("reclaim.mid_clear", "open,reclaim", Some(VICTIM), 1);
+}
+
+#[test]
+fn kill_reclaimer_before_free() {
+    fault("reclaim.before_free", "open,reclaim", Some(VICTIM), 1);
+}
+
+#[test]
+fn kill_creator_mid_init() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..KILLS {
+        let path = dir.path().join(format!("region{i}"));
+        let stop = i % 2 == 1;
+        let mut c = run_worker(
+            &path,
+            "create:16:1000000",
+            Some(("create.mid_init", if stop { "stop" } else { "die" })),
+        );
+        if stop {
+            assert!(wait_stopped(&mut c));
+            // The stopped creator holds the creation lock: a reader refuses
+            // after a bounded wait instead of hanging or using a half file.
+            match Region::open_or_create_with(&path, &opts(), Duration::from_millis(50)) {
+                Err(RegionError::LockTimeout { .. }) => {}
+                Err(e) => panic!("expected a lock timeout, got {e}"),
+                Ok(_) => panic!("opened a region whose creator is mid-init"),
+            }
+            sigkill(&c);
+        }
+        assert_killed(&mut c);
+        // The kernel dropped the dead creator's flock: `open` (which never
+        // creates) says the file is not initialized; open_or_create starts
+        // over and wins.
+        match Region::open(&path) {
+            Err(RegionError::Format {
+                source: vgpu_region::FormatError::NotInitialized { .. },
+                ..
+            }) => {}
+            Err(e) => panic!("expected NotInitialized, got {e}"),
+            Ok(_) => panic!("open accepted a half-initialized file"),
+        }
+        let (r, m) = Region::open_or_create(&path, &opts()).unwrap();
+        assert!(m.is_empty(), "{m:?}");
+        assert_eq!(r.limits(0).mem, 1 << 30);
+        assert_eq!(r.slot_count(), 32);
+        newcomer(&path);
+        assert_eq!(r.live_slots(), 0);
+    }
+}
