@@ -4,6 +4,7 @@
  *   size <type> <bytes>
  *   offset <type> <field> <bytes>
  *   const <name> <value>
+ * then the usual `layout: N passed, 0 failed` summary line.
  * Keep this list and the one in layout.rs in step: the test fails on an
  * entry that only one side has.
  */
@@ -13,9 +14,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define SIZE(t) printf("size %s %zu\n", #t, sizeof(t))
-#define OFF(t, f) printf("offset %s %s %zu\n", #t, #f, offsetof(t, f))
-#define CONST(c) printf("const %s %lld\n", #c, (long long)(c))
+static int n;
+#define SIZE(t) (n++, printf("size %s %zu\n", #t, sizeof(t)))
+#define OFF(t, f) (n++, printf("offset %s %s %zu\n", #t, #f, offsetof(t, f)))
+#define CONST(c) (n++, printf("const %s %lld\n", #c, (long long)(c)))
 
 int main(void) {
     SIZE(CUresult);
@@ -214,5 +216,8 @@ int main(void) {
     CONST(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     CONST(NVML_ERROR_UNKNOWN);
     CONST(NVML_VALUE_NOT_AVAILABLE);
+    /* The summary line every conformance program ends with (nothing here
+     * can fail: the comparison is layout.rs's job). */
+    printf("layout: %d passed, 0 failed\n", n);
     return 0;
 }
