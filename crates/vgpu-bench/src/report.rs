@@ -250,18 +250,33 @@ pub fn text(rep: &SweepReport) -> String {
                         let _ = writeln!(o, "  region: not read: {e}");
                     }
                     None => {
-                        let tiers: Vec<String> = reg
-                            .by_identity_tier
+                        let list = |m: &BTreeMap<String, usize>| -> String {
+                            let v: Vec<String> =
+                                m.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                            if v.is_empty() {
+                                "-".into()
+                            } else {
+                                v.join(", ")
+                            }
+                        };
+                        let kinds: Vec<String> = reg
+                            .fallback_kinds
                             .iter()
                             .map(|(k, v)| format!("{k} {v}"))
                             .collect();
                         let _ = writeln!(
                             o,
-                            "  region: {} slots, {} workers matched; identity tiers: {}; fallbacks {}; post-init waits {}; phase vectors monotonic {}/{}",
+                            "  region: {} slots, {} workers matched; identity tier: {}; identity state: {}",
                             reg.slots_seen,
                             reg.workers_matched,
-                            if tiers.is_empty() { "-".into() } else { tiers.join(", ") },
+                            list(&reg.by_identity_tier),
+                            list(&reg.by_identity_state),
+                        );
+                        let _ = writeln!(
+                            o,
+                            "  region: fallbacks {}{}; post-init waits (identity inside cuInit) {}; phase vectors monotonic {}/{}",
                             reg.fallbacks,
+                            if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) },
                             reg.post_init_waits,
                             reg.phases_monotonic,
                             reg.phases_monotonic + reg.phases_not_monotonic
