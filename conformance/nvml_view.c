@@ -150,6 +150,30 @@ struct child {
 
 static char self_exe[4096];
 
+/* The first process whose parent is `parent` (host /proc). */
+static pid_t child_of(pid_t parent) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "PPid:", 5)) {
+                if (atoi(line + 5) == parent)
+                    found = atoi(e->d_name);
+                break;
+            }
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 static int spawn(struct child *c, int in_ns, const char *mode, const char *arg) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
@@ -194,6 +218,8 @@ static int spawn(struct child *c, int in_ns, const char *mode, const char *arg) 
             hp = 0;
         if (f)
             fclose(f);
+        if (hp == 0) /* kernels without CONFIG_PROC_CHILDREN: search PPid */
+            hp = child_of(pid);
         c->hostpid = hp;
     }
     return 1;
