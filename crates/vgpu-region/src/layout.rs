@@ -458,3 +458,19 @@ pub fn parse_header(bytes: &[u8], file_len_actual: u64) -> Result<HeaderInfo, Fo
         file_len: need,
     })
 }
+
+/// The fuzz target's body (shared with the test that replays its seeds):
+/// the first 8 bytes are the claimed file length, the rest the header
+/// bytes. Checks that an accepted header is self-consistent.
+pub fn fuzz_header(data: &[u8]) {
+    let (len, bytes) = match data.split_first_chunk::<8>() {
+        Some((l, rest)) => (u64::from_le_bytes(*l), rest),
+        None => (data.len() as u64, data),
+    };
+    if let Ok(info) = parse_header(bytes, len) {
+        assert!(info.slot_count >= 1 && info.slot_count <= MAX_SLOTS);
+        assert!(info.device_count as usize <= MAX_DEVICES);
+        assert!(len >= info.file_len);
+        assert_eq!(info.file_len, file_len(info.slot_count));
+    }
+}
