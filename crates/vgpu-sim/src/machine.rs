@@ -34,6 +34,21 @@ pub enum MachineError {
     },
 }
 
+/// PCI identity of every simulated device (an A100-SXM4-80GB's ids).
+pub const PCI_VENDOR_ID: u32 = 0x10de;
+pub const PCI_DEVICE_ID: u32 = 0x20b2;
+pub const PCI_SUBSYSTEM_ID: u32 = 0x147f_10de;
+
+/// PCI bus of device `dev` (domain 0, device 0, function 0).
+pub fn pci_bus(dev: usize) -> u32 {
+    0x10 + dev as u32
+}
+
+/// `0000:10:00.0`, as CUDA prints a bus id.
+pub fn pci_bus_id(dev: usize) -> String {
+    format!("0000:{:02x}:00.0", pci_bus(dev))
+}
+
 /// What kind of context creation a cost is paid for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum CtxCost {

@@ -1,0 +1,1239 @@
+//! The simulated CUDA driver's per-process state, in safe Rust. Handles
+//! are tagged integers looked up in maps, so a bogus handle is an error,
+//! never a crash. Device-wide state (memory, contexts, kernel timelines,
+//! costs) lives in `vgpu_sim::Machine`.
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use vgpu_cuda_abi::CUresult;
+use vgpu_sim::clock::{now_ns, sleep_until, spend};
+use vgpu_sim::{log, CtxCost, Machine, MachineError};
+
+pub type R<T = ()> = Result<T, CUresult>;
+
+/// The driver version this simulation reports (CUDA 12.9).
+pub const DRIVER_VERSION: i32 = 12090;
+/// VMM / pool granularity.
+pub const GRANULARITY: u64 = 2 << 20;
+/// Stream handle values with fixed meaning in `cuda.h`.
+pub const CU_STREAM_LEGACY: u64 = 0x1;
+pub const CU_STREAM_PER_THREAD: u64 = 0x2;
+
+// Handle tags (top 16 bits) so handles of one kind are never taken for
+// another's.
+pub const T_CTX: u64 = 0xc7c7;
+pub const T_STREAM: u64 = 0x5757;
+pub const T_EVENT: u64 = 0xe7e7;
+pub const T_MODULE: u64 = 0x3d3d;
+pub const T_FUNC: u64 = 0xf0f0;
+pub const T_POOL: u64 = 0x9090;
+pub const T_GRAPH: u64 = 0x6a6a;
+pub const T_NODE: u64 = 0x6b6b;
+pub const T_EXEC: u64 = 0x6c6c;
+pub const T_ARRAY: u64 = 0xa4a4;
+pub const T_MIPMAP: u64 = 0xa5a5;
+pub const T_VMM: u64 = 0x7171;
+
+/// Device addresses (64-bit API) start here; v1 (32-bit) ones low.
+const VA_BASE: u64 = 0x7f00_0000_0000 - (1 << 44);
+const VA32_BASE: u64 = 0x1000_0000;
+const VA32_END: u64 = 0xffff_0000;
+
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    pub dev: usize,
+    pub primary: bool,
+    pub flags: u32,
+    /// End of the last work queued in this context.
+    pub last_end: u64,
+    /// Legacy default stream's last work.
+    pub default_stream_end: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Stream {
+    pub ctx: u64,
+    pub flags: u32,
+    pub priority: i32,
+    pub last_end: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub flags: u32,
+    /// When the work before the record completes.
+    pub at: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub name: String,
+    /// Fixed per-block time; `None` takes it from the first kernel
+    /// parameter (a u64 of nanoseconds).
+    pub block_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+pub enum AllocKind {
+    Device,
+    /// Host-visible memory (managed), unmapped when dropped.
+    Managed(Arc<memmap2::MmapRaw>),
+    Pool(u64),
+}
+
+#[derive(Clone, Debug)]
+pub struct Alloc {
+    pub dev: usize,
+    pub ctx: u64,
+    pub size: u64,
+    /// What the device is charged (pools round up).
+    pub charged: u64,
+    pub kind: AllocKind,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Pool {
+    pub dev: usize,
+    pub used: u64,
+    pub used_high: u64,
+    pub reserved: u64,
+    pub reserved_high: u64,
+    pub release_threshold: u64,
+    pub reuse: [i32; 3],
+}
+
+#[derive(Clone, Debug)]
+pub struct Vmm {
+    pub dev: usize,
+    pub size: u64,
+    pub maps: u32,
+    pub released: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct KernelNode {
+    pub func: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub param_ns: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct Primary {
+    pub refcount: u32,
+    pub flags: u32,
+    pub ctx: u64,
+}
+
+#[derive(Default)]
+pub struct Inner {
+    next_id: u64,
+    next_va: u64,
+    next_va32: u64,
+    pub ctxs: HashMap<u64, Ctx>,
+    pub streams: HashMap<u64, Stream>,
+    pub events: HashMap<u64, Event>,
+    pub modules: HashMap<u64, Vec<u64>>,
+    pub funcs: HashMap<u64, Kernel>,
+    pub allocs: BTreeMap<u64, Alloc>,
+    pub host: HashMap<usize, memmap2::MmapRaw>,
+    pub registered: BTreeMap<usize, usize>,
+    pub pools: HashMap<u64, Pool>,
+    pub default_pools: HashMap<usize, u64>,
+    pub vmm: HashMap<u64, Vmm>,
+    pub reservations: BTreeMap<u64, u64>,
+    /// Mapped ranges: start -> (size, vmm handle).
+    pub mappings: BTreeMap<u64, (u64, u64)>,
+    pub arrays: HashMap<u64, (usize, u64, u64)>,
+    pub graphs: HashMap<u64, Vec<KernelNode>>,
+    pub nodes: HashMap<u64, u64>,
+    pub execs: HashMap<u64, Vec<KernelNode>>,
+    pub primaries: Vec<Primary>,
+}
+
+impl Inner {
+    pub fn id(&mut self, tag: u64) -> u64 {
+        self.next_id += 1;
+        (tag << 48) | (self.next_id << 4)
+    }
+
+    /// A fresh device address range of `size` bytes aligned to `align`.
+    pub fn va(&mut self, size: u64, align: u64, v1: bool) -> R<u64> {
+        let align = align.max(512);
+        let (cur, end) = if v1 {
+            (&mut self.next_va32, VA32_END)
+        } else {
+            (&mut self.next_va, u64::MAX / 2)
+        };
+        if *cur == 0 {
+            *cur = if v1 { VA32_BASE } else { VA_BASE };
+        }
+        let start = cur.checked_add(align - 1).ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)? / align * align;
+        // A guard gap keeps neighbours apart, like a real VA allocator.
+        let next = start
+            .checked_add(size.max(1))
+            .and_then(|v| v.checked_add(GRANULARITY))
+            .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        if next > end {
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        *cur = next;
+        Ok(start)
+    }
+}
+
+pub struct Driver {
+    pub m: Machine,
+    pub inner: Mutex<Inner>,
+    /// Held across primary-context retain/release (including their cost),
+    /// like the real driver's per-device lock.
+    pub primary_lock: Mutex<()>,
+}
+
+static DRIVER: OnceLock<Arc<Driver>> = OnceLock::new();
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// This thread's context stack (top = current).
+    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// Last work of this thread's per-thread default stream, per context.
+    static PT_STREAM: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::new());
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn machine_err(e: MachineError) -> CUresult {
+    match e {
+        MachineError::OutOfMemory { .. } => CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        MachineError::NoDevice(_) => CUresult::CUDA_ERROR_INVALID_DEVICE,
+        MachineError::Released => CUresult::CUDA_ERROR_DEINITIALIZED,
+        other => {
+            log::log(log::ERROR, &format!("{}", chain(&other)));
+            CUresult::CUDA_ERROR_UNKNOWN
+        }
+    }
+}
+
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// `cuInit`.
+pub fn init(flags: u32) -> R {
+    if flags != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    if let Some(d) = DRIVER.get() {
+        return if d.m.local_pid == std::process::id() {
+            Ok(())
+        } else {
+            // A forked child: the parent's driver state is not its own.
+            Err(CUresult::CUDA_ERROR_NOT_INITIALIZED)
+        };
+    }
+    let _g = lock(&INIT_LOCK);
+    if DRIVER.get().is_some() {
+        return Ok(());
+    }
+    let m = match Machine::connect(true) {
+        Ok(m) => m,
+        Err(e) => {
+            log::log(log::WARN, &format!("cuInit: {}", chain(&e)));
+            return Err(CUresult::CUDA_ERROR_NO_DEVICE);
+        }
+    };
+    spend(m.header().init_ns);
+    let n = m.device_count();
+    let mut inner = Inner::default();
+    inner.primaries = (0..n).map(|_| Primary::default()).collect();
+    let _ = DRIVER.set(Arc::new(Driver {
+        m,
+        inner: Mutex::new(inner),
+        primary_lock: Mutex::new(()),
+    }));
+    Ok(())
+}
+
+/// The driver, once `cuInit` succeeded in this process.
+pub fn drv() -> R<&'static Driver> {
+    match DRIVER.get() {
+        Some(d) if d.m.local_pid == std::process::id() => Ok(d),
+        _ => Err(CUresult::CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+pub fn current_ctx() -> Option<u64> {
+    CTX_STACK.with(|s| s.borrow().last().copied())
+}
+
+pub fn set_current(ctx: Option<u64>) {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        match ctx {
+            Some(c) => match s.last_mut() {
+                Some(top) => *top = c,
+                None => s.push(c),
+            },
+            None => {
+                s.pop();
+            }
+        }
+    })
+}
+
+pub fn push_current(ctx: u64) {
+    CTX_STACK.with(|s| s.borrow_mut().push(ctx));
+}
+
+pub fn pop_current() -> Option<u64> {
+    CTX_STACK.with(|s| s.borrow_mut().pop())
+}
+
+impl Driver {
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        lock(&self.inner)
+    }
+
+    pub fn device(&self, dev: i32) -> R<usize> {
+        if dev < 0 || dev as usize >= self.m.device_count() {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        Ok(dev as usize)
+    }
+
+    /// The current context, which must be live.
+    pub fn ctx(&self) -> R<(u64, usize)> {
+        let c = current_ctx().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        let g = self.lock();
+        let ctx = g.ctxs.get(&c).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        Ok((c, ctx.dev))
+    }
+
+    // ---- contexts ----
+
+    pub fn ctx_create(&self, flags: u32, dev: i32) -> R<u64> {
+        let dev = self.device(dev)?;
+        self.m.context_creation(dev, CtxCost::Create).map_err(machine_err)?;
+        let mut g = self.lock();
+        let id = g.id(T_CTX);
+        g.ctxs.insert(
+            id,
+            Ctx {
+                dev,
+                primary: false,
+                flags,
+                last_end: 0,
+                default_stream_end: 0,
+            },
+        );
+        drop(g);
+        self.m.count_context(dev, 1);
+        push_current(id);
+        Ok(id)
+    }
+
+    /// Destroy a context's resources (memory, streams, events) and forget it.
+    fn teardown(&self, g: &mut Inner, ctx: u64) {
+        let Some(c) = g.ctxs.remove(&ctx) else { return };
+        let dead: Vec<u64> = g.allocs.iter().filter(|(_, a)| a.ctx == ctx).map(|(k, _)| *k).collect();
+        for p in dead {
+            if let Some(a) = g.allocs.remove(&p) {
+                self.free_alloc(g, &a);
+            }
+        }
+        let dead: Vec<u64> = g.arrays.iter().filter(|(_, a)| a.2 == ctx).map(|(k, _)| *k).collect();
+        for a in dead {
+            if let Some((dev, size, _)) = g.arrays.remove(&a) {
+                self.m.unreserve(dev, size);
+            }
+        }
+        g.streams.retain(|_, s| s.ctx != ctx);
+        self.m.count_context(c.dev, -1);
+        // Other threads may still name it; their calls fail as invalid.
+        CTX_STACK.with(|s| s.borrow_mut().retain(|x| *x != ctx));
+    }
+
+    pub fn ctx_destroy(&self, ctx: u64) -> R {
+        let g = self.lock();
+        let c = g.ctxs.get(&ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        if c.primary {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let end = c.last_end;
+        drop(g);
+        sleep_until(end);
+        spend(self.m.header().ctx_destroy_ns);
+        let mut g = self.lock();
+        self.teardown(&mut g, ctx);
+        Ok(())
+    }
+
+    pub fn primary_retain(&self, dev: i32) -> R<u64> {
+        let dev = self.device(dev)?;
+        let _p = lock(&self.primary_lock);
+        let (cold, flags) = {
+            let g = self.lock();
+            let p = &g.primaries[dev];
+            (p.refcount == 0, p.flags)
+        };
+        if cold {
+            self.m.context_creation(dev, CtxCost::PrimaryCold).map_err(machine_err)?;
+            let mut g = self.lock();
+            let id = match g.primaries[dev].ctx {
+                0 => g.id(T_CTX),
+                id => id,
+            };
+            g.ctxs.insert(
+                id,
+                Ctx {
+                    dev,
+                    primary: true,
+                    flags,
+                    last_end: 0,
+                    default_stream_end: 0,
+                },
+            );
+            let p = &mut g.primaries[dev];
+            p.ctx = id;
+            p.refcount = 1;
+            drop(g);
+            self.m.count_context(dev, 1);
+            Ok(id)
+        } else {
+            spend(self.m.header().primary_retain_nested_ns);
+            let mut g = self.lock();
+            let p = &mut g.primaries[dev];
+            p.refcount += 1;
+            Ok(p.ctx)
+        }
+    }
+
+    pub fn primary_release(&self, dev: i32) -> R {
+        let dev = self.device(dev)?;
+        let _p = lock(&self.primary_lock);
+        let mut g = self.lock();
+        let p = &mut g.primaries[dev];
+        if p.refcount == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        p.refcount -= 1;
+        if p.refcount > 0 {
+            return Ok(());
+        }
+        let ctx = p.ctx;
+        let end = g.ctxs.get(&ctx).map(|c| c.last_end).unwrap_or(0);
+        drop(g);
+        sleep_until(end);
+        spend(self.m.header().primary_release_ns);
+        let mut g = self.lock();
+        self.teardown(&mut g, ctx);
+        Ok(())
+    }
+
+    pub fn primary_reset(&self, dev: i32) -> R {
+        let d = self.device(dev)?;
+        let refs = self.lock().primaries[d].refcount;
+        if refs > 0 {
+            self.lock().primaries[d].refcount = 1;
+            self.primary_release(dev)?;
+        }
+        Ok(())
+    }
+
+    pub fn primary_state(&self, dev: i32) -> R<(u32, bool)> {
+        let dev = self.device(dev)?;
+        let g = self.lock();
+        let p = &g.primaries[dev];
+        Ok((p.flags, p.refcount > 0))
+    }
+
+    pub fn primary_set_flags(&self, dev: i32, flags: u32) -> R {
+        let dev = self.device(dev)?;
+        // Scheduling (0x07), map-host (0x08), local-mem-resize (0x10),
+        // coredump/cig/sync-memops bits.
+        if flags & !0x3ff != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut g = self.lock();
+        g.primaries[dev].flags = flags;
+        Ok(())
+    }
+
+    pub fn ctx_of(&self, ctx: u64) -> R<Ctx> {
+        self.lock().ctxs.get(&ctx).cloned().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    pub fn ctx_synchronize(&self) -> R {
+        let (c, _) = self.ctx()?;
+        let end = self.lock().ctxs.get(&c).map(|c| c.last_end).unwrap_or(0);
+        sleep_until(end);
+        Ok(())
+    }
+
+    // ---- memory ----
+
+    /// Charge and record a device allocation in the current context.
+    pub fn mem_alloc(&self, size: u64, v1: bool) -> R<u64> {
+        if size == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (ctx, dev) = self.ctx()?;
+        self.m.reserve(dev, size).map_err(machine_err)?;
+        let mut g = self.lock();
+        let p = match g.va(size, 512, v1) {
+            Ok(p) => p,
+            Err(e) => {
+                self.m.unreserve(dev, size);
+                return Err(e);
+            }
+        };
+        g.allocs.insert(
+            p,
+            Alloc {
+                dev,
+                ctx,
+                size,
+                charged: size,
+                kind: AllocKind::Device,
+            },
+        );
+        Ok(p)
+    }
+
+    pub fn mem_alloc_managed(&self, size: u64, flags: u32) -> R<u64> {
+        if size == 0 || !(flags == 1 || flags == 2) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (ctx, dev) = self.ctx()?;
+        let map = anon(size)?;
+        self.m.reserve(dev, size).map_err(machine_err)?;
+        let p = map.as_mut_ptr();
+        let mut g = self.lock();
+        g.allocs.insert(
+            p as u64,
+            Alloc {
+                dev,
+                ctx,
+                size,
+                charged: size,
+                kind: AllocKind::Managed(Arc::new(map)),
+            },
+        );
+        Ok(p as u64)
+    }
+
+    fn free_alloc(&self, g: &mut Inner, a: &Alloc) {
+        self.m.unreserve(a.dev, a.charged);
+        match &a.kind {
+            AllocKind::Device => {}
+            AllocKind::Managed(_) => {}
+            AllocKind::Pool(pool) => {
+                if let Some(p) = g.pools.get_mut(pool) {
+                    p.used = p.used.saturating_sub(a.size);
+                    p.reserved = p.reserved.saturating_sub(a.charged);
+                }
+            }
+        }
+    }
+
+    pub fn mem_free(&self, p: u64) -> R {
+        if p == 0 {
+            return Ok(());
+        }
+        let mut g = self.lock();
+        let a = g.allocs.remove(&p).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        self.free_alloc(&mut g, &a);
+        // Managed memory is unmapped as `a` drops.
+        Ok(())
+    }
+
+    /// (free, total) of the current context's device.
+    pub fn mem_info(&self) -> R<(u64, u64)> {
+        let (_, dev) = self.ctx()?;
+        let total = self.m.device(dev).map_err(machine_err)?.memory_bytes;
+        Ok((total.saturating_sub(self.m.used(dev)), total))
+    }
+
+    pub fn host_alloc(&self, size: u64) -> R<usize> {
+        if size == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        self.ctx()?;
+        let map = anon(size)?;
+        let p = map.as_mut_ptr();
+        self.lock().host.insert(p as usize, map);
+        Ok(p as usize)
+    }
+
+    pub fn host_free(&self, p: usize) -> R {
+        // Unmapped as the mapping drops.
+        self.lock().host.remove(&p).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        Ok(())
+    }
+
+    pub fn host_register(&self, p: usize, size: usize, flags: u32) -> R {
+        if p == 0 || size == 0 || flags & !0xf != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        self.ctx()?;
+        let mut g = self.lock();
+        let end = p.checked_add(size).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let overlaps = g.registered.range(..end).next_back().is_some_and(|(s, l)| s + l > p);
+        if overlaps {
+            return Err(CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        g.registered.insert(p, size);
+        Ok(())
+    }
+
+    pub fn host_unregister(&self, p: usize) -> R {
+        self.ctx()?;
+        self.lock()
+            .registered
+            .remove(&p)
+            .map(|_| ())
+            .ok_or(CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
+    }
+
+    // ---- pools ----
+
+    pub fn default_pool(&self, dev: i32) -> R<u64> {
+        let dev = self.device(dev)?;
+        let mut g = self.lock();
+        if let Some(p) = g.default_pools.get(&dev) {
+            return Ok(*p);
+        }
+        let id = g.id(T_POOL);
+        g.pools.insert(id, Pool { dev, ..Pool::default() });
+        g.default_pools.insert(dev, id);
+        Ok(id)
+    }
+
+    /// Stream handle -> (ctx, device), resolving the default streams.
+    pub fn stream_ctx(&self, stream: u64) -> R<(u64, usize)> {
+        if stream == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD {
+            return self.ctx();
+        }
+        let g = self.lock();
+        let s = g.streams.get(&stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let c = g.ctxs.get(&s.ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        Ok((s.ctx, c.dev))
+    }
+
+    pub fn pool_alloc(&self, size: u64, pool: Option<u64>, stream: u64) -> R<u64> {
+        if size == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (ctx, sdev) = self.stream_ctx(stream)?;
+        let pool = match pool {
+            Some(p) => p,
+            None => self.default_pool(sdev as i32)?,
+        };
+        let dev = self.lock().pools.get(&pool).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?.dev;
+        let charged = size.div_ceil(GRANULARITY) * GRANULARITY;
+        self.m.reserve(dev, charged).map_err(machine_err)?;
+        let mut g = self.lock();
+        let p = match g.va(size, 512, false) {
+            Ok(p) => p,
+            Err(e) => {
+                self.m.unreserve(dev, charged);
+                return Err(e);
+            }
+        };
+        let pl = g.pools.get_mut(&pool).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        pl.used += size;
+        pl.used_high = pl.used_high.max(pl.used);
+        pl.reserved += charged;
+        pl.reserved_high = pl.reserved_high.max(pl.reserved);
+        g.allocs.insert(
+            p,
+            Alloc {
+                dev,
+                ctx,
+                size,
+                charged,
+                kind: AllocKind::Pool(pool),
+            },
+        );
+        Ok(p)
+    }
+
+    pub fn pool_free(&self, p: u64, stream: u64) -> R {
+        self.stream_ctx(stream)?;
+        let mut g = self.lock();
+        match g.allocs.get(&p) {
+            Some(a) if matches!(a.kind, AllocKind::Pool(_)) => {}
+            Some(_) | None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+        if let Some(a) = g.allocs.remove(&p) {
+            self.free_alloc(&mut g, &a);
+        }
+        Ok(())
+    }
+
+    // ---- VMM ----
+
+    pub fn vmm_create(&self, size: u64, loc_type: u32, loc_id: i32, alloc_type: u32) -> R<u64> {
+        if alloc_type != 1 || loc_type != 1 || size == 0 || size % GRANULARITY != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let dev = self.device(loc_id).map_err(|_| CUresult::CUDA_ERROR_INVALID_DEVICE)?;
+        self.m.reserve(dev, size).map_err(machine_err)?;
+        let mut g = self.lock();
+        let id = g.id(T_VMM);
+        g.vmm.insert(
+            id,
+            Vmm {
+                dev,
+                size,
+                maps: 0,
+                released: false,
+            },
+        );
+        Ok(id)
+    }
+
+    pub fn vmm_release(&self, h: u64) -> R {
+        let mut g = self.lock();
+        let v = g.vmm.get_mut(&h).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        if v.released {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        v.released = true;
+        if v.maps == 0 {
+            let v = g.vmm.remove(&h).expect("present");
+            self.m.unreserve(v.dev, v.size);
+        }
+        Ok(())
+    }
+
+    pub fn va_reserve(&self, size: u64, align: u64) -> R<u64> {
+        if size == 0 || size % GRANULARITY != 0 || (align != 0 && !align.is_power_of_two()) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut g = self.lock();
+        let p = g.va(size, align.max(GRANULARITY), false)?;
+        g.reservations.insert(p, size);
+        Ok(p)
+    }
+
+    pub fn va_free(&self, p: u64, size: u64) -> R {
+        let mut g = self.lock();
+        match g.reservations.get(&p) {
+            Some(s) if *s == size => {}
+            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+        if g.mappings.range(p..p + size).next().is_some() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        g.reservations.remove(&p);
+        Ok(())
+    }
+
+    fn in_reservation(g: &Inner, p: u64, size: u64) -> bool {
+        g.reservations
+            .range(..=p)
+            .next_back()
+            .is_some_and(|(s, l)| p + size <= s + l)
+    }
+
+    pub fn vmm_map(&self, p: u64, size: u64, offset: u64, h: u64) -> R {
+        let mut g = self.lock();
+        let v = g.vmm.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        if v.released || size == 0 || offset.checked_add(size).is_none_or(|e| e > v.size) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if !Self::in_reservation(&g, p, size) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let clash = g.mappings.range(..p + size).next_back().is_some_and(|(s, (l, _))| s + l > p);
+        if clash {
+            return Err(CUresult::CUDA_ERROR_ALREADY_MAPPED);
+        }
+        g.mappings.insert(p, (size, h));
+        if let Some(v) = g.vmm.get_mut(&h) {
+            v.maps += 1;
+        }
+        Ok(())
+    }
+
+    pub fn vmm_unmap(&self, p: u64, size: u64) -> R {
+        let mut g = self.lock();
+        let hit: Vec<u64> = g.mappings.range(p..p.saturating_add(size)).map(|(k, _)| *k).collect();
+        if hit.is_empty() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        for k in hit {
+            if let Some((_, h)) = g.mappings.remove(&k) {
+                if let Some(v) = g.vmm.get_mut(&h) {
+                    v.maps = v.maps.saturating_sub(1);
+                    if v.released && v.maps == 0 {
+                        let v = g.vmm.remove(&h).expect("present");
+                        self.m.unreserve(v.dev, v.size);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn vmm_set_access(&self, p: u64, size: u64, locs: &[(u32, i32, u32)]) -> R {
+        if locs.is_empty() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        for (ty, id, flags) in locs {
+            if *ty != 1 || *flags > 3 {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            self.device(*id)?;
+        }
+        let g = self.lock();
+        let mapped: u64 = g
+            .mappings
+            .range(p..p.saturating_add(size))
+            .map(|(_, (l, _))| *l)
+            .sum();
+        if mapped < size {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    }
+
+    // ---- arrays ----
+
+    pub fn array_create(&self, size: Option<u64>, tag: u64) -> R<u64> {
+        let size = size.filter(|s| *s > 0).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let (ctx, dev) = self.ctx()?;
+        self.m.reserve(dev, size).map_err(machine_err)?;
+        let mut g = self.lock();
+        let id = g.id(tag);
+        g.arrays.insert(id, (dev, size, ctx));
+        Ok(id)
+    }
+
+    pub fn array_destroy(&self, h: u64, tag: u64) -> R {
+        if h >> 48 != tag {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (dev, size, _) = self.lock().arrays.remove(&h).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        self.m.unreserve(dev, size);
+        Ok(())
+    }
+
+    // ---- modules and launches ----
+
+    pub fn module_load(&self, image: &str) -> R<u64> {
+        self.ctx()?;
+        let kernels = parse_image(image).ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
+        let mut g = self.lock();
+        let mut fids = Vec::new();
+        for k in kernels {
+            let f = g.id(T_FUNC);
+            g.funcs.insert(f, k);
+            fids.push(f);
+        }
+        let m = g.id(T_MODULE);
+        g.modules.insert(m, fids);
+        Ok(m)
+    }
+
+    pub fn module_unload(&self, m: u64) -> R {
+        let mut g = self.lock();
+        let fids = g.modules.remove(&m).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        for f in fids {
+            g.funcs.remove(&f);
+        }
+        Ok(())
+    }
+
+    pub fn module_function(&self, m: u64, name: &str) -> R<u64> {
+        let g = self.lock();
+        let fids = g.modules.get(&m).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        fids.iter()
+            .copied()
+            .find(|f| g.funcs.get(f).is_some_and(|k| k.name == name))
+            .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
+    }
+
+    /// Per-block time of `f` given its first parameter (if the kernel
+    /// takes its time from there).
+    pub fn block_ns(&self, f: u64, param_ns: Option<u64>) -> R<u64> {
+        let g = self.lock();
+        let k = g.funcs.get(&f).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        Ok(k.block_ns.or(param_ns).unwrap_or(0))
+    }
+
+    pub fn takes_time_param(&self, f: u64) -> bool {
+        self.lock().funcs.get(&f).is_some_and(|k| k.block_ns.is_none())
+    }
+
+    /// Queue a launch of `f` on `stream` (`per_thread`: the per-thread
+    /// default stream for handle 0). `max_blocks` caps the grid
+    /// (cooperative launches).
+    pub fn launch(
+        &self,
+        f: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        stream: u64,
+        per_thread: bool,
+        param_ns: Option<u64>,
+        cooperative: bool,
+    ) -> R {
+        if grid.contains(&0) || block.contains(&0) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let threads = u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
+        if threads > 1024 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let block_ns = self.block_ns(f, param_ns)?;
+        let (ctx, dev) = self.stream_ctx(stream)?;
+        let d = self.m.device(dev).map_err(machine_err)?;
+        let sms = u64::from(d.sms.max(1));
+        let blocks = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
+        if cooperative {
+            let per_sm = (u64::from(d.max_threads_per_sm) / threads.max(1)).clamp(1, 32);
+            if blocks > sms * per_sm {
+                return Err(CUresult::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+            }
+        }
+        let waves = blocks.div_ceil(sms);
+        let duration = waves.saturating_mul(block_ns);
+        let pt = per_thread && stream == 0 || stream == CU_STREAM_PER_THREAD;
+        let after = self.stream_end(ctx, stream, pt)?;
+        let end = self.m.launch(dev, after, duration).map_err(machine_err)?;
+        self.set_stream_end(ctx, stream, pt, end);
+        Ok(())
+    }
+
+    /// Last work queued on a stream.
+    pub fn stream_end(&self, ctx: u64, stream: u64, per_thread: bool) -> R<u64> {
+        let g = self.lock();
+        if per_thread {
+            return Ok(PT_STREAM.with(|m| m.borrow().get(&ctx).copied().unwrap_or(0)));
+        }
+        if stream == 0 || stream == CU_STREAM_LEGACY {
+            return Ok(g.ctxs.get(&ctx).map(|c| c.default_stream_end).unwrap_or(0));
+        }
+        Ok(g.streams.get(&stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.last_end)
+    }
+
+    pub fn set_stream_end(&self, ctx: u64, stream: u64, per_thread: bool, end: u64) {
+        let mut g = self.lock();
+        if let Some(c) = g.ctxs.get_mut(&ctx) {
+            c.last_end = c.last_end.max(end);
+            if !per_thread && (stream == 0 || stream == CU_STREAM_LEGACY) {
+                c.default_stream_end = c.default_stream_end.max(end);
+            }
+        }
+        if per_thread {
+            PT_STREAM.with(|m| {
+                let mut m = m.borrow_mut();
+                let e = m.entry(ctx).or_insert(0);
+                *e = (*e).max(end);
+            });
+        } else if let Some(s) = g.streams.get_mut(&stream) {
+            s.last_end = s.last_end.max(end);
+        }
+    }
+
+    // ---- streams and events ----
+
+    pub fn stream_create(&self, flags: u32, priority: i32) -> R<u64> {
+        if flags & !1 != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (ctx, _) = self.ctx()?;
+        let mut g = self.lock();
+        let id = g.id(T_STREAM);
+        g.streams.insert(
+            id,
+            Stream {
+                ctx,
+                flags,
+                priority: priority.clamp(-5, 0),
+                last_end: 0,
+            },
+        );
+        Ok(id)
+    }
+
+    pub fn stream_destroy(&self, s: u64) -> R {
+        self.lock()
+            .streams
+            .remove(&s)
+            .map(|_| ())
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    fn resolve_end(&self, stream: u64, per_thread: bool) -> R<u64> {
+        let (ctx, _) = self.stream_ctx(stream)?;
+        let pt = per_thread && stream == 0 || stream == CU_STREAM_PER_THREAD;
+        self.stream_end(ctx, stream, pt)
+    }
+
+    pub fn stream_synchronize(&self, s: u64, per_thread: bool) -> R {
+        sleep_until(self.resolve_end(s, per_thread)?);
+        Ok(())
+    }
+
+    pub fn stream_query(&self, s: u64, per_thread: bool) -> R {
+        if self.resolve_end(s, per_thread)? > now_ns() {
+            Err(CUresult::CUDA_ERROR_NOT_READY)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn stream_wait_event(&self, s: u64, e: u64, per_thread: bool) -> R {
+        let (ctx, _) = self.stream_ctx(s)?;
+        let at = self
+            .lock()
+            .events
+            .get(&e)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
+            .at
+            .unwrap_or(0);
+        let pt = per_thread && s == 0 || s == CU_STREAM_PER_THREAD;
+        self.set_stream_end(ctx, s, pt, at);
+        Ok(())
+    }
+
+    pub fn event_create(&self, flags: u32) -> R<u64> {
+        if flags & !0xf != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        self.ctx()?;
+        let mut g = self.lock();
+        let id = g.id(T_EVENT);
+        g.events.insert(id, Event { flags, at: None });
+        Ok(id)
+    }
+
+    pub fn event_record(&self, e: u64, s: u64, per_thread: bool) -> R {
+        let end = self.resolve_end(s, per_thread)?;
+        let mut g = self.lock();
+        let ev = g.events.get_mut(&e).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        ev.at = Some(end.max(now_ns()));
+        Ok(())
+    }
+
+    fn event_at(&self, e: u64) -> R<Option<u64>> {
+        Ok(self.lock().events.get(&e).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.at)
+    }
+
+    pub fn event_synchronize(&self, e: u64) -> R {
+        if let Some(t) = self.event_at(e)? {
+            sleep_until(t);
+        }
+        Ok(())
+    }
+
+    pub fn event_query(&self, e: u64) -> R {
+        match self.event_at(e)? {
+            Some(t) if t > now_ns() => Err(CUresult::CUDA_ERROR_NOT_READY),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn event_elapsed(&self, a: u64, b: u64) -> R<f32> {
+        let g = self.lock();
+        let ea = g.events.get(&a).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let eb = g.events.get(&b).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        // CU_EVENT_DISABLE_TIMING
+        if ea.flags & 2 != 0 || eb.flags & 2 != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (Some(ta), Some(tb)) = (ea.at, eb.at) else {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        };
+        let now = now_ns();
+        if ta > now || tb > now {
+            return Err(CUresult::CUDA_ERROR_NOT_READY);
+        }
+        Ok((tb as f64 - ta as f64) as f32 / 1e6)
+    }
+
+    pub fn event_destroy(&self, e: u64) -> R {
+        self.lock()
+            .events
+            .remove(&e)
+            .map(|_| ())
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    // ---- graphs ----
+
+    pub fn graph_create(&self, flags: u32) -> R<u64> {
+        if flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut g = self.lock();
+        let id = g.id(T_GRAPH);
+        g.graphs.insert(id, Vec::new());
+        Ok(id)
+    }
+
+    pub fn graph_add_kernel(&self, graph: u64, deps: &[u64], node: KernelNode) -> R<u64> {
+        let mut g = self.lock();
+        if !g.funcs.contains_key(&node.func) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if node.grid.contains(&0) || node.block.contains(&0) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if !g.graphs.contains_key(&graph) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if deps.iter().any(|d| g.nodes.get(d) != Some(&graph)) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let id = g.id(T_NODE);
+        g.graphs.get_mut(&graph).expect("present").push(node);
+        g.nodes.insert(id, graph);
+        Ok(id)
+    }
+
+    pub fn graph_instantiate(&self, graph: u64) -> R<u64> {
+        let mut g = self.lock();
+        let nodes = g.graphs.get(&graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?.clone();
+        let id = g.id(T_EXEC);
+        g.execs.insert(id, nodes);
+        Ok(id)
+    }
+
+    pub fn graph_launch(&self, exec: u64, stream: u64, per_thread: bool) -> R {
+        let nodes = self
+            .lock()
+            .execs
+            .get(&exec)
+            .cloned()
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        for n in nodes {
+            self.launch(n.func, n.grid, n.block, stream, per_thread, n.param_ns, false)?;
+        }
+        Ok(())
+    }
+
+    pub fn graph_exec_destroy(&self, exec: u64) -> R {
+        self.lock()
+            .execs
+            .remove(&exec)
+            .map(|_| ())
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+    }
+
+    pub fn graph_destroy(&self, graph: u64) -> R {
+        let mut g = self.lock();
+        g.graphs.remove(&graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        g.nodes.retain(|_, gr| *gr != graph);
+        Ok(())
+    }
+}
+
+/// Zeroed, page-aligned host memory the application may use freely; a
+/// raw mapping because C code writes it behind our back.
+fn anon(size: u64) -> R<memmap2::MmapRaw> {
+    let len = usize::try_from(size).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+    memmap2::MmapOptions::new()
+        .len(len)
+        .map_anon()
+        .map(memmap2::MmapRaw::from)
+        .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Parse a simulated module image (see docs/sim.md):
+///
+/// ```text
+/// vgpu-sim-module v1
+/// kernel spin                # per-block ns from the first kernel parameter (u64)
+/// kernel busy block_us=500   # fixed per-block time
+/// ```
+///
+/// or the one-line form `vgpu-sim-kernel name=busy block_us=500`.
+pub fn parse_image(text: &str) -> Option<Vec<Kernel>> {
+    let mut lines = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty());
+    let first = lines.next()?;
+    let mut out = Vec::new();
+    if first == "vgpu-sim-module v1" {
+        for l in lines {
+            let mut w = l.split_whitespace();
+            if w.next()? != "kernel" {
+                return None;
+            }
+            let name = w.next()?.to_string();
+            let block_ns = time_kv(w)?;
+            out.push(Kernel { name, block_ns });
+        }
+    } else if let Some(rest) = first.strip_prefix("vgpu-sim-kernel ") {
+        for l in std::iter::once(rest).chain(lines.map(|l| l.strip_prefix("vgpu-sim-kernel ").unwrap_or("\u{0}"))) {
+            let mut name = None;
+            let mut rest_kv = Vec::new();
+            for kv in l.split_whitespace() {
+                match kv.strip_prefix("name=") {
+                    Some(n) if !n.is_empty() => name = Some(n.to_string()),
+                    _ => rest_kv.push(kv),
+                }
+            }
+            out.push(Kernel {
+                name: name?,
+                block_ns: time_kv(rest_kv.into_iter())?,
+            });
+        }
+    } else {
+        return None;
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// `block_us=N` / `block_ns=N` (at most one); `Some(None)` when absent.
+fn time_kv<'a>(kvs: impl Iterator<Item = &'a str>) -> Option<Option<u64>> {
+    let mut t = None;
+    for kv in kvs {
+        let (k, v) = kv.split_once('=')?;
+        let n: f64 = v.parse().ok().filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+        let ns = match k {
+            "block_us" => n * 1e3,
+            "block_ns" => n,
+            "block_ms" => n * 1e6,
+            _ => return None,
+        };
+        if t.is_some() {
+            return None;
+        }
+        t = Some(ns.round() as u64);
+    }
+    Some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images() {
+        let k = parse_image("vgpu-sim-module v1\nkernel spin\nkernel busy block_us=500\n").unwrap();
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[0].name, "spin");
+        assert_eq!(k[0].block_ns, None);
+        assert_eq!(k[1].block_ns, Some(500_000));
+        let k = parse_image("vgpu-sim-kernel name=busy block_us=2.5").unwrap();
+        assert_eq!((k[0].name.as_str(), k[0].block_ns), ("busy", Some(2500)));
+        assert!(parse_image("definitely not a module").is_none());
+        assert!(parse_image("vgpu-sim-module v1\n").is_none());
+        assert!(parse_image("vgpu-sim-module v1\nkernel x block_us=-1\n").is_none());
+        assert!(parse_image("vgpu-sim-module v1\nkernel x speed=3\n").is_none());
+        assert!(parse_image("vgpu-sim-kernel block_us=3").is_none());
+    }
+}
