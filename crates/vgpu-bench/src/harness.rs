@@ -546,6 +546,7 @@ fn summarize(
                     r.t_init_return_ns,
                     r.t_return_ns,
                     r.phases_ns.as_ref(),
+                    cfg.then != Then::None,
                 ),
             });
         }

@@ -42,12 +42,14 @@ pub struct Segment {
 
 /// Split the worker's call `[t_entry, t_return]` into segments at every
 /// non-zero phase timestamp inside it; without phases, one "cuInit
-/// (unattributed)" segment. `t_init_return` separates `--then` calls.
+/// (unattributed)" segment. `t_init_return` separates the `--then` calls
+/// (a "then" segment when `then` is set).
 pub fn compose(
     t_entry: u64,
     t_init_return: u64,
     t_return: u64,
     phases: Option<&PhaseVector>,
+    then: bool,
 ) -> Vec<Segment> {
     let ms = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e6;
     let mut out = Vec::new();
@@ -75,7 +77,7 @@ pub fn compose(
             ms: ms(prev, t_init_return),
         }),
     }
-    if t_return > t_init_return {
+    if then {
         out.push(Segment {
             name: "then".to_string(),
             ms: ms(t_init_return, t_return),
@@ -111,7 +113,7 @@ mod tests {
     #[test]
     fn compose_splits_at_nonzero_phases() {
         let p: PhaseVector = [5, 110, 120, 130, 140, 200, 0, 0, 210, 215];
-        let s = compose(100, 220, 220, Some(&p));
+        let s = compose(100, 220, 220, Some(&p), false);
         let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
@@ -133,7 +135,7 @@ mod tests {
         let mut bad = p;
         bad[5] = 125; // driver exit before driver enter
         assert!(!monotonic(1, 2, 100, 220, 230, &bad));
-        let none = compose(100, 300, 400, None);
+        let none = compose(100, 300, 400, None, true);
         assert_eq!(none.len(), 2);
         assert_eq!(none[0].name, "cuInit (unattributed)");
         assert_eq!(none[1].name, "then");
