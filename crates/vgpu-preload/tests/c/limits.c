@@ -1,0 +1,416 @@
+/* Memory-limit client for libvgpu.so, built against NVIDIA's cuda.h/nvml.h
+ * and linked -lcuda -lnvidia-ml like any CUDA program. The Rust tests in
+ * crates/vgpu-preload/tests run it under LD_PRELOAD=libvgpu.so on the
+ * simulated driver.
+ *
+ *   limits routes LIMIT    every policy hook through each escape route
+ *                          (direct, dlsym, cuGetProcAddress_v2 old/new)
+ *   limits fill LIMIT      to the limit, one byte more (OOM), free, again
+ *   limits grab CHUNK      wait for a byte on stdin, allocate CHUNKs until
+ *                          refused, print the total, hold until stdin EOF
+ *   limits fork CHUNK      allocate, fork; the child allocates on its own
+ *   limits view            cuMemGetInfo/cuDeviceTotalMem per device, NVML view
+ *
+ * Usage is measured through the direct cuMemGetInfo_v2 (used = total -
+ * free, the container's ledger as the interposer presents it).
+ */
+#define _GNU_SOURCE
+#define CHECK_CUDA
+#define CHECK_NVML
+#include "check.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <nvml.h>
+#include <stddef.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB (1024ull * 1024ull)
+
+static CUresult (*pGetProc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static void *g_cuda;
+
+static size_t used_now(void) {
+    size_t f = 0, t = 0;
+    if (cuMemGetInfo(&f, &t) != CUDA_SUCCESS)
+        return (size_t)-1;
+    return t - f;
+}
+
+static const char *obj_of(void *p) {
+    Dl_info di;
+    if (p && dladdr(p, &di) && di.dli_fname)
+        return di.dli_fname;
+    return "?";
+}
+
+typedef struct {
+    const char *name;
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+    CUresult (*managed)(CUdeviceptr *, size_t, unsigned int);
+    CUresult (*free_)(CUdeviceptr);
+    CUresult (*async)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+    CUresult (*free_async)(CUdeviceptr, CUstream);
+    CUresult (*async_ptsz)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*free_async_ptsz)(CUdeviceptr, CUstream);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*array)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+    CUresult (*array3d)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+    CUresult (*array_destroy)(CUarray);
+    CUresult (*mip)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
+    CUresult (*mip_destroy)(CUmipmappedArray);
+    CUresult (*ctx_v2)(CUcontext *, unsigned int, CUdevice);
+    CUresult (*ctx_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+    CUresult (*ctx_destroy)(CUcontext);
+    CUresult (*retain)(CUcontext *, CUdevice);
+    CUresult (*prim_release)(CUdevice);
+    CUresult (*info)(size_t *, size_t *);
+    CUresult (*total)(size_t *, CUdevice);
+} ops_t;
+
+static void *by_dlsym(const char *n) { return dlsym(g_cuda, n); }
+
+static void *by_proc(const char *n, int ver, cuuint64_t flags) {
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (pGetProc(n, &p, ver, flags, &st) != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS)
+        return NULL;
+    return p;
+}
+
+#define PTSZ CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+
+/* route: 0 direct, 1 dlsym, 2 proc at the hook's own version, 3 proc at 12090 */
+static void resolve(ops_t *o, int route) {
+    memset(o, 0, sizeof *o);
+    if (route == 0) {
+        o->name = "direct";
+        o->alloc = cuMemAlloc_v2; o->pitch = cuMemAllocPitch_v2; o->managed = cuMemAllocManaged;
+        o->free_ = cuMemFree_v2; o->async = cuMemAllocAsync; o->from_pool = cuMemAllocFromPoolAsync;
+        o->free_async = cuMemFreeAsync; o->create = cuMemCreate; o->release = cuMemRelease;
+        o->array = cuArrayCreate_v2; o->array3d = cuArray3DCreate_v2; o->array_destroy = cuArrayDestroy;
+        o->mip = cuMipmappedArrayCreate; o->mip_destroy = cuMipmappedArrayDestroy;
+        o->ctx_v2 = cuCtxCreate_v2; o->ctx_destroy = cuCtxDestroy_v2; o->retain = cuDevicePrimaryCtxRetain;
+        o->prim_release = cuDevicePrimaryCtxRelease_v2; o->info = cuMemGetInfo_v2; o->total = cuDeviceTotalMem_v2;
+        return;
+    }
+    if (route == 1) {
+        o->name = "dlsym";
+#define D(f, n) *(void **)&o->f = by_dlsym(n)
+        D(alloc, "cuMemAlloc_v2"); D(pitch, "cuMemAllocPitch_v2"); D(managed, "cuMemAllocManaged");
+        D(free_, "cuMemFree_v2"); D(async, "cuMemAllocAsync"); D(from_pool, "cuMemAllocFromPoolAsync");
+        D(free_async, "cuMemFreeAsync"); D(async_ptsz, "cuMemAllocAsync_ptsz");
+        D(free_async_ptsz, "cuMemFreeAsync_ptsz"); D(create, "cuMemCreate"); D(release, "cuMemRelease");
+        D(array, "cuArrayCreate_v2"); D(array3d, "cuArray3DCreate_v2"); D(array_destroy, "cuArrayDestroy");
+        D(mip, "cuMipmappedArrayCreate"); D(mip_destroy, "cuMipmappedArrayDestroy");
+        D(ctx_v2, "cuCtxCreate_v2"); D(ctx_destroy, "cuCtxDestroy_v2"); D(retain, "cuDevicePrimaryCtxRetain");
+        D(prim_release, "cuDevicePrimaryCtxRelease_v2"); D(info, "cuMemGetInfo_v2"); D(total, "cuDeviceTotalMem_v2");
+#undef D
+        return;
+    }
+    int nv = route == 3;
+    o->name = nv ? "proc-12090" : "proc-old";
+#define P(f, n, v) *(void **)&o->f = by_proc(n, nv ? 12090 : (v), 0)
+    P(alloc, "cuMemAlloc", 3020); P(pitch, "cuMemAllocPitch", 3020); P(managed, "cuMemAllocManaged", 6000);
+    P(free_, "cuMemFree", 3020); P(async, "cuMemAllocAsync", 11020); P(from_pool, "cuMemAllocFromPoolAsync", 11020);
+    P(free_async, "cuMemFreeAsync", 11020); P(create, "cuMemCreate", 10020); P(release, "cuMemRelease", 10020);
+    P(array, "cuArrayCreate", 3020); P(array3d, "cuArray3DCreate", 3020); P(array_destroy, "cuArrayDestroy", 2000);
+    P(mip, "cuMipmappedArrayCreate", 5000); P(mip_destroy, "cuMipmappedArrayDestroy", 5000);
+    P(ctx_destroy, "cuCtxDestroy", 4000); P(retain, "cuDevicePrimaryCtxRetain", 7000);
+    P(prim_release, "cuDevicePrimaryCtxRelease", 11000); P(info, "cuMemGetInfo", 3020);
+    P(total, "cuDeviceTotalMem", 3020);
+#undef P
+    if (nv)
+        *(void **)&o->ctx_v4 = by_proc("cuCtxCreate", 12090, 0);
+    else
+        *(void **)&o->ctx_v2 = by_proc("cuCtxCreate", 3020, 0);
+    *(void **)&o->async_ptsz = by_proc("cuMemAllocAsync", nv ? 12090 : 11020, PTSZ);
+    *(void **)&o->free_async_ptsz = by_proc("cuMemFreeAsync", nv ? 12090 : 11020, PTSZ);
+}
+
+static int is_ours(void *p) { return strstr(obj_of(p), "libvgpu") != NULL; }
+
+/* The call's charge shows in the ledger (`want` bytes, or at least `want`
+ * when `atleast`). */
+static void expect_used(const char *route, size_t base, size_t want, int atleast, const char *what) {
+    size_t u = used_now() - base;
+    CHECK(atleast ? u >= want : u == want, "%s: %s charged %zu (want %s%zu)", route, what, u, atleast ? ">= " : "",
+          want);
+}
+#define EXPECT_USED(base, want, atleast, what) expect_used(o.name, base, want, atleast, what)
+
+static void routes(size_t limit, CUdevice dev) {
+    for (int route = 0; route < 4; route++) {
+        ops_t o;
+        resolve(&o, route);
+        void **fp = (void **)&o.alloc;
+        int n = (int)((sizeof o - offsetof(ops_t, alloc)) / sizeof(void *));
+        for (int i = 0; i < n; i++) {
+            if (!fp[i])
+                continue;
+            CHECK(is_ours(fp[i]), "%s: pointer %d resolves into libvgpu.so (got %s)", o.name, i, obj_of(fp[i]));
+        }
+        size_t base = used_now();
+        CUdeviceptr d = 0;
+        size_t pitch = 0;
+
+        CHECK(o.alloc && o.alloc(&d, 3 * MiB) == CUDA_SUCCESS, "%s: cuMemAlloc_v2", o.name);
+        EXPECT_USED(base, 3 * MiB, 0, "cuMemAlloc_v2");
+        CHECK(o.free_ && o.free_(d) == CUDA_SUCCESS, "%s: cuMemFree_v2", o.name);
+        EXPECT_USED(base, 0, 0, "cuMemFree_v2");
+
+        CHECK(o.pitch && o.pitch(&d, &pitch, 1000, 100, 4) == CUDA_SUCCESS, "%s: cuMemAllocPitch_v2", o.name);
+        EXPECT_USED(base, pitch * 100, 0, "cuMemAllocPitch_v2 (pitch x height)");
+        o.free_(d);
+        EXPECT_USED(base, 0, 0, "free of pitched");
+
+        CHECK(o.managed && o.managed(&d, 5 * MiB, CU_MEM_ATTACH_GLOBAL) == CUDA_SUCCESS, "%s: cuMemAllocManaged", o.name);
+        EXPECT_USED(base, 5 * MiB, 0, "cuMemAllocManaged");
+        o.free_(d);
+        EXPECT_USED(base, 0, 0, "free of managed");
+
+        CUmemoryPool dpool = NULL;
+        cuDeviceGetMemPool(&dpool, dev);
+        CHECK(o.async && o.async(&d, 3 * MiB, 0) == CUDA_SUCCESS, "%s: cuMemAllocAsync", o.name);
+        EXPECT_USED(base, 3 * MiB, 1, "cuMemAllocAsync (pool growth)");
+        CHECK(o.free_async && o.free_async(d, 0) == CUDA_SUCCESS, "%s: cuMemFreeAsync", o.name);
+        cuStreamSynchronize(0);
+        cuMemPoolTrimTo(dpool, 0);
+        EXPECT_USED(base, 0, 0, "cuMemFreeAsync + trim");
+        if (o.async_ptsz) {
+            CHECK(o.async_ptsz(&d, 3 * MiB, 0) == CUDA_SUCCESS, "%s: cuMemAllocAsync_ptsz", o.name);
+            EXPECT_USED(base, 3 * MiB, 1, "cuMemAllocAsync_ptsz");
+            CHECK(o.free_async_ptsz && o.free_async_ptsz(d, 0) == CUDA_SUCCESS, "%s: cuMemFreeAsync_ptsz", o.name);
+            cuStreamSynchronize(0);
+            cuMemPoolTrimTo(dpool, 0);
+            EXPECT_USED(base, 0, 0, "cuMemFreeAsync_ptsz + trim");
+        }
+
+        CUmemPoolProps pp;
+        memset(&pp, 0, sizeof pp);
+        pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        pp.location.id = dev;
+        CUmemoryPool pool = NULL;
+        if (OK_CU(cuMemPoolCreate, &pool, &pp)) {
+            CHECK(o.from_pool && o.from_pool(&d, 3 * MiB, pool, 0) == CUDA_SUCCESS, "%s: cuMemAllocFromPoolAsync", o.name);
+            EXPECT_USED(base, 3 * MiB, 1, "cuMemAllocFromPoolAsync (own pool)");
+            o.free_async(d, 0);
+            cuStreamSynchronize(0);
+            OK_CU(cuMemPoolDestroy, pool);
+            EXPECT_USED(base, 0, 0, "pool destroyed");
+        }
+
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        size_t gran = 2 * MiB;
+        cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        CUmemGenericAllocationHandle h = 0;
+        CHECK(o.create && o.create(&h, 2 * gran, &prop, 0) == CUDA_SUCCESS, "%s: cuMemCreate", o.name);
+        EXPECT_USED(base, 2 * gran, 0, "cuMemCreate");
+        CHECK(o.release && o.release(h) == CUDA_SUCCESS, "%s: cuMemRelease", o.name);
+        EXPECT_USED(base, 0, 0, "cuMemRelease");
+
+        CUDA_ARRAY_DESCRIPTOR ad = {.Width = 256, .Height = 128, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 2};
+        CUarray arr = NULL;
+        CHECK(o.array && o.array(&arr, &ad) == CUDA_SUCCESS, "%s: cuArrayCreate_v2", o.name);
+        EXPECT_USED(base, 256 * 128 * 2 * 4, 0, "cuArrayCreate_v2");
+        CHECK(o.array_destroy && o.array_destroy(arr) == CUDA_SUCCESS, "%s: cuArrayDestroy", o.name);
+        EXPECT_USED(base, 0, 0, "cuArrayDestroy");
+        CUDA_ARRAY3D_DESCRIPTOR a3 = {.Width = 64, .Height = 32, .Depth = 8, .Format = CU_AD_FORMAT_UNSIGNED_INT16, .NumChannels = 4};
+        CHECK(o.array3d && o.array3d(&arr, &a3) == CUDA_SUCCESS, "%s: cuArray3DCreate_v2", o.name);
+        EXPECT_USED(base, 64 * 32 * 8 * 4 * 2, 0, "cuArray3DCreate_v2");
+        o.array_destroy(arr);
+        EXPECT_USED(base, 0, 0, "3D array destroyed");
+        CUDA_ARRAY3D_DESCRIPTOR mm = {.Width = 64, .Height = 64, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+        CUmipmappedArray mip = NULL;
+        CHECK(o.mip && o.mip(&mip, &mm, 3) == CUDA_SUCCESS, "%s: cuMipmappedArrayCreate", o.name);
+        EXPECT_USED(base, (64 * 64 + 32 * 32 + 16 * 16) * 4, 0, "cuMipmappedArrayCreate (3 levels)");
+        CHECK(o.mip_destroy && o.mip_destroy(mip) == CUDA_SUCCESS, "%s: cuMipmappedArrayDestroy", o.name);
+        EXPECT_USED(base, 0, 0, "cuMipmappedArrayDestroy");
+
+        /* Context estimate: LIBVGPU_CONTEXT_MEMORY is 8 MiB in this test. */
+        CUcontext cur = NULL, c = NULL;
+        cuCtxGetCurrent(&cur);
+        CUresult r = o.ctx_v4 ? o.ctx_v4(&c, NULL, 0, dev) : o.ctx_v2 ? o.ctx_v2(&c, 0, dev) : NOT_EXPORTED;
+        CHECK(r == CUDA_SUCCESS, "%s: cuCtxCreate (%s) -> %u", o.name, o.ctx_v4 ? "v4" : "v2", r);
+        EXPECT_USED(base, 8 * MiB, 0, "cuCtxCreate");
+        CHECK(o.ctx_destroy && o.ctx_destroy(c) == CUDA_SUCCESS, "%s: cuCtxDestroy_v2", o.name);
+        EXPECT_USED(base, 0, 0, "cuCtxDestroy_v2");
+        cuCtxSetCurrent(cur);
+        CUcontext pc = NULL;
+        CHECK(o.retain && o.retain(&pc, dev) == CUDA_SUCCESS, "%s: second primary retain", o.name);
+        EXPECT_USED(base, 0, 0, "second primary retain (already charged)");
+        CHECK(o.prim_release && o.prim_release(dev) == CUDA_SUCCESS, "%s: primary release", o.name);
+        EXPECT_USED(base, 0, 0, "primary release (still retained once)");
+
+        /* The budget, exactly. */
+        size_t room = limit - used_now();
+        CHECK(o.alloc(&d, room + 1) == CUDA_ERROR_OUT_OF_MEMORY, "%s: one byte over the budget is refused", o.name);
+        CHECK(o.alloc(&d, room) == CUDA_SUCCESS, "%s: exactly the budget is admitted", o.name);
+        o.free_(d);
+
+        size_t f = 0, t = 0, dt = 0;
+        CHECK(o.info && o.info(&f, &t) == CUDA_SUCCESS && t == limit, "%s: cuMemGetInfo_v2 total %zu == limit", o.name, t);
+        CHECK(o.total && o.total(&dt, dev) == CUDA_SUCCESS && dt == limit, "%s: cuDeviceTotalMem_v2 %zu == limit", o.name, dt);
+    }
+
+    /* Pass-through: a no-policy name and an unknown name. */
+    void *p = dlsym(g_cuda, "cuDeviceGetCount");
+    CHECK(p && !is_ours(p), "dlsym(cuDeviceGetCount) is the driver's (%s)", obj_of(p));
+    p = by_proc("cuDeviceGetCount", 12090, 0);
+    CHECK(p && !is_ours(p), "cuGetProcAddress_v2(cuDeviceGetCount) is the driver's (%s)", obj_of(p));
+    p = by_proc("cuGraphLaunch", 12090, 0);
+    CHECK(p && !is_ours(p), "cuGetProcAddress_v2(cuGraphLaunch) is the driver's (%s)", obj_of(p));
+    CHECK(dlsym(g_cuda, "cuNoSuchEntryPoint") == NULL, "dlsym of an unknown name is NULL");
+    void *q = (void *)1;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = pGetProc("cuNoSuchEntryPoint", &q, 12090, 0, &st);
+    CHECK(r == CUDA_ERROR_NOT_FOUND && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+          "unknown name via cuGetProcAddress_v2: %u / status %d", r, (int)st);
+    /* v1 cuMemAlloc (32-bit ABI) is not hooked: the driver's pointer. */
+    p = by_proc("cuMemAlloc", 2000, 0);
+    CHECK(!p || !is_ours(p), "cuMemAlloc@2000 (v1 ABI) is passed through (%s)", obj_of(p));
+}
+
+static void fill(size_t limit) {
+    CUdeviceptr a = 0, b = 0;
+    size_t room = limit - used_now();
+    printf("room=%zu\n", room);
+    CHECK_CU(CUDA_SUCCESS, cuMemAlloc, &a, room);
+    CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc, &b, 1);
+    OK_CU(cuMemFree, a);
+    CHECK_CU(CUDA_SUCCESS, cuMemAlloc, &a, room);
+    CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc, &b, 1);
+    OK_CU(cuMemFree, a);
+    CHECK(used_now() == limit - room, "all released");
+}
+
+static void grab(size_t chunk) {
+    char c;
+    if (read(0, &c, 1) != 1)
+        return;
+    size_t got = 0;
+    CUdeviceptr d;
+    while (cuMemAlloc(&d, chunk) == CUDA_SUCCESS)
+        got += chunk;
+    printf("grabbed=%zu\n", got);
+    fflush(stdout);
+    while (read(0, &c, 1) > 0) {
+    }
+}
+
+static void forked(size_t chunk, CUdevice dev) {
+    CUdeviceptr d;
+    size_t base = used_now();
+    OK_CU(cuMemAlloc, &d, 2 * chunk);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        g_prog = "limits-child";
+        CUcontext c = NULL;
+        CUdeviceptr e;
+        OK_CU(cuInit, 0);
+        OK_CU(cuDevicePrimaryCtxRetain, &c, dev);
+        OK_CU(cuCtxSetCurrent, c);
+        size_t cb = used_now();
+        OK_CU(cuMemAlloc, &e, chunk);
+        CHECK(used_now() - cb == chunk, "child's allocation charged");
+        printf("child_used=%zu\n", used_now());
+        fflush(stdout);
+        _exit(finish());
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child passed");
+    CHECK(used_now() - base == 2 * chunk, "after the child exits the parent's charge is its own (%zu)", used_now() - base);
+    OK_CU(cuMemFree, d);
+}
+
+static void view(void) {
+    int n = 0;
+    cuDeviceGetCount(&n);
+    printf("cuda.count=%d\n", n);
+    for (int i = 0; i < n; i++) {
+        CUdevice d;
+        CUcontext c;
+        cuDeviceGet(&d, i);
+        CUuuid u;
+        cuDeviceGetUuid(&u, d);
+        printf("cuda.%d.uuid=GPU-", i);
+        for (int k = 0; k < 16; k++)
+            printf("%02x%s", (unsigned char)u.bytes[k], (k == 3 || k == 5 || k == 7 || k == 9) ? "-" : "");
+        printf("\n");
+        size_t t = 0, f = 0, tt = 0;
+        cuDeviceTotalMem(&t, d);
+        cuDevicePrimaryCtxRetain(&c, d);
+        cuCtxSetCurrent(c);
+        cuMemGetInfo(&f, &tt);
+        printf("cuda.%d.total_mem=%zu\ncuda.%d.info_total=%zu\ncuda.%d.info_free=%zu\n", i, t, i, tt, i, f);
+    }
+    if (nvmlInit_v2() != NVML_SUCCESS) {
+        printf("nvml.error=init\n");
+        return;
+    }
+    unsigned m = 0;
+    nvmlDeviceGetCount_v2(&m);
+    printf("nvml.count=%u\n", m);
+    for (unsigned i = 0; i < m; i++) {
+        nvmlDevice_t h;
+        char uuid[96] = {0};
+        nvmlMemory_t mem;
+        nvmlMemory_v2_t m2;
+        if (nvmlDeviceGetHandleByIndex_v2(i, &h) != NVML_SUCCESS)
+            continue;
+        nvmlDeviceGetUUID(h, uuid, sizeof uuid);
+        nvmlDeviceGetMemoryInfo(h, &mem);
+        m2.version = nvmlMemory_v2;
+        nvmlReturn_t r2 = nvmlDeviceGetMemoryInfo_v2(h, &m2);
+        printf("nvml.%u.uuid=%s\nnvml.%u.total=%llu\nnvml.%u.used=%llu\nnvml.%u.v2_total=%llu\nnvml.%u.v2_rc=%d\n", i, uuid, i,
+               mem.total, i, mem.used, i, m2.total, i, (int)r2);
+    }
+    nvmlShutdown();
+}
+
+int main(int argc, char **argv) {
+    g_prog = "limits";
+    if (argc < 2) {
+        fprintf(stderr, "usage: limits routes|fill|grab|fork|view [ARG]\n");
+        return 2;
+    }
+    size_t arg = argc > 2 ? strtoull(argv[2], NULL, 0) : 0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    g_cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    *(void **)&pGetProc = dlsym(g_cuda, "cuGetProcAddress_v2");
+    if (!OK_CU(cuInit, 0))
+        return finish();
+    if (!strcmp(argv[1], "view")) {
+        view();
+        return finish();
+    }
+    CUdevice dev;
+    CUcontext ctx;
+    OK_CU(cuDeviceGet, &dev, 0);
+    OK_CU(cuDevicePrimaryCtxRetain, &ctx, dev);
+    OK_CU(cuCtxSetCurrent, ctx);
+    if (!strcmp(argv[1], "routes"))
+        routes(arg, dev);
+    else if (!strcmp(argv[1], "fill"))
+        fill(arg);
+    else if (!strcmp(argv[1], "grab"))
+        grab(arg);
+    else if (!strcmp(argv[1], "fork"))
+        forked(arg, dev);
+    else {
+        fprintf(stderr, "unknown mode %s\n", argv[1]);
+        return 2;
+    }
+    return finish();
+}
