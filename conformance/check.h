@@ -10,6 +10,8 @@
  * Entry points are declared weak (WEAK below) so that a driver library
  * missing one export still links and runs: the call is reported as FAIL
  * "not exported" instead of the whole program failing to link or load.
+ * Weak references do not make a library "needed" for an --as-needed
+ * linker: link with -Wl,--no-as-needed -lcuda -lnvidia-ml.
  */
 #ifndef VGPU_CONFORMANCE_CHECK_H
 #define VGPU_CONFORMANCE_CHECK_H
@@ -28,8 +30,8 @@ static const char *g_prog = "conformance";
 
 #define WEAK(f) extern __typeof__(f) f __attribute__((weak))
 
-static void pass_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void pass_(const char *fmt, ...) {
+static __attribute__((unused)) void pass_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static __attribute__((unused)) void pass_(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("PASS ", stdout);
@@ -39,8 +41,8 @@ static void pass_(const char *fmt, ...) {
     g_pass++;
 }
 
-static void fail_(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail_(int line, const char *fmt, ...) {
+static __attribute__((unused)) void fail_(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static __attribute__((unused)) void fail_(int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("FAIL ", stdout);
@@ -53,9 +55,9 @@ static void fail_(int line, const char *fmt, ...) {
 
 /* CHECK(cond, "what %d", ...): a plain condition. Returns cond. */
 #define CHECK(cond, ...) check_cond_(__LINE__, !!(cond), #cond, __VA_ARGS__)
-static int check_cond_(int line, int ok, const char *expr, const char *fmt, ...)
+static __attribute__((unused)) int check_cond_(int line, int ok, const char *expr, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static int check_cond_(int line, int ok, const char *expr, const char *fmt, ...) {
+static __attribute__((unused)) int check_cond_(int line, int ok, const char *expr, const char *fmt, ...) {
     char what[512];
     va_list ap;
     va_start(ap, fmt);
@@ -68,7 +70,7 @@ static int check_cond_(int line, int ok, const char *expr, const char *fmt, ...)
     return ok;
 }
 
-static int finish(void) {
+static __attribute__((unused)) int finish(void) {
     printf("%s: %d passed, %d failed\n", g_prog, g_pass, g_fail);
     fflush(stdout);
     return g_fail ? 1 : 0;
@@ -76,7 +78,7 @@ static int finish(void) {
 
 /* Optional expectations the test harness passes in (e.g. the sim profile's
  * device count); unset means "do not check". */
-static int expect_env(const char *name, unsigned long long *out) {
+static __attribute__((unused)) int expect_env(const char *name, unsigned long long *out) {
     const char *v = getenv(name);
     char *end;
     if (!v || !*v)
@@ -92,7 +94,7 @@ static int expect_env(const char *name, unsigned long long *out) {
 #ifdef CHECK_CUDA
 #include <cuda.h>
 
-static const char *cu_name(unsigned r) {
+static __attribute__((unused)) const char *cu_name(unsigned r) {
     switch (r) {
 #define N(x) case x: return #x;
         N(CUDA_SUCCESS) N(CUDA_ERROR_INVALID_VALUE) N(CUDA_ERROR_OUT_OF_MEMORY)
@@ -120,7 +122,7 @@ static const char *cu_name(unsigned r) {
 /* CHECK_CU(want, fn, args...): the call returns `want`. Returns 1 if so. */
 #define CHECK_CU(want, fn, ...) check_cu_(__LINE__, #fn, #want, (want), CU(fn, __VA_ARGS__))
 #define OK_CU(fn, ...) CHECK_CU(CUDA_SUCCESS, fn, __VA_ARGS__)
-static int check_cu_(int line, const char *fn, const char *wname, CUresult want, CUresult got) {
+static __attribute__((unused)) int check_cu_(int line, const char *fn, const char *wname, CUresult want, CUresult got) {
     if (got == want) {
         if (want == CUDA_SUCCESS)
             pass_("%s", fn);
@@ -136,7 +138,7 @@ static int check_cu_(int line, const char *fn, const char *wname, CUresult want,
 #ifdef CHECK_NVML
 #include <nvml.h>
 
-static const char *nvml_name(unsigned r) {
+static __attribute__((unused)) const char *nvml_name(unsigned r) {
     switch (r) {
 #define N(x) case x: return #x;
         N(NVML_SUCCESS) N(NVML_ERROR_UNINITIALIZED) N(NVML_ERROR_INVALID_ARGUMENT)
@@ -157,7 +159,7 @@ static const char *nvml_name(unsigned r) {
 #define NV(fn, ...) ((void *)&(fn) == NULL ? (nvmlReturn_t)NOT_EXPORTED : fn(__VA_ARGS__))
 #define CHECK_NV(want, fn, ...) check_nv_(__LINE__, #fn, #want, (want), NV(fn, __VA_ARGS__))
 #define OK_NV(fn, ...) CHECK_NV(NVML_SUCCESS, fn, __VA_ARGS__)
-static int check_nv_(int line, const char *fn, const char *wname, nvmlReturn_t want,
+static __attribute__((unused)) int check_nv_(int line, const char *fn, const char *wname, nvmlReturn_t want,
                      nvmlReturn_t got) {
     if (got == want) {
         if (want == NVML_SUCCESS)

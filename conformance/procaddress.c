@@ -29,6 +29,8 @@ struct req {
 
 static int parse(const char *line, struct req *r, int with_export) {
     char buf[512];
+    if (!line || strlen(line) >= sizeof buf)
+        return 0;
     snprintf(buf, sizeof buf, "%s", line);
     buf[strcspn(buf, "\r\n")] = 0;
     char *f[4] = {0};
@@ -70,9 +72,10 @@ int main(int argc, char **argv) {
     }
     if (!OK_CU(cuInit, 0))
         return finish();
-    char line[512], mline[512];
+    char *line = NULL, *mline = NULL;
+    size_t cap = 0, mcap = 0;
     int lineno = 0, found = 0, absent = 0;
-    while (fgets(line, sizeof line, rq)) {
+    while (getline(&line, &cap, rq) >= 0) {
         lineno++;
         if (line[0] == '#' || line[0] == '\n')
             continue;
@@ -82,17 +85,17 @@ int main(int argc, char **argv) {
             return 2;
         }
         /* The next data line of the map must describe the same request. */
-        do {
-            if (!fgets(mline, sizeof mline, mp)) {
-                mline[0] = 0;
-                break;
-            }
-        } while (mline[0] == '#');
+        int more;
+        while ((more = getline(&mline, &mcap, mp) >= 0) && mline[0] == '#') {
+        }
+        if (!more && mline)
+            mline[0] = 0;
         if (!parse(mline, &m, 1) || strcmp(m.name, r.name) || m.version != r.version ||
             m.flags != r.flags) {
             fail_(__LINE__, "%s:%d %s|%d|%llu: expected map is stale (has \"%.*s\"); rerun "
                             "conformance/gen-procaddress-map",
-                  argv[1], lineno, r.name, r.version, r.flags, (int)strcspn(mline, "\n"), mline);
+                  argv[1], lineno, r.name, r.version, r.flags,
+                  mline ? (int)strcspn(mline, "\n") : 0, mline ? mline : "");
             return finish();
         }
         void *want = strcmp(m.export_, "-") ? dlsym(RTLD_DEFAULT, m.export_) : NULL;

@@ -130,7 +130,9 @@ pub fn build_with(name: &str, out_dir: &Path, link_driver: bool) -> Result<PathB
         let lib = vgpu_sim::link_libs(links.path()).map_err(Error::Sim)?;
         cmd.arg("-L")
             .arg(&lib)
-            .args(["-lcuda", "-lnvidia-ml", "-ldl"]);
+            // Every entry is a weak reference (check.h), which an
+            // --as-needed linker does not count: keep the libraries.
+            .args(["-Wl,--no-as-needed", "-lcuda", "-lnvidia-ml", "-ldl"]);
     }
     run_checked(&mut cmd, &format!("gcc {}", src.display()))?;
     std::fs::rename(&tmp, &exe).map_err(io(&exe))?;
