@@ -140,11 +140,12 @@ pub fn svg(rep: &SweepReport) -> String {
                 fmt_ms(d)
             );
         }
-        for q in [0.0, 0.5, 0.95, 0.99, 1.0] {
+        for q in [0.0, 0.25, 0.5, 0.75, 1.0] {
             let y = py + ph - q * ph;
             let _ = writeln!(
                 o,
-                r##"<text x="{}" y="{:.1}" text-anchor="end">{q}</text>"##,
+                r##"<line x1="{px}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{q}</text>"##,
+                px + pw,
                 px - 5.0,
                 y + 4.0
             );
@@ -235,11 +236,17 @@ pub fn svg(rep: &SweepReport) -> String {
         let mut ns: Vec<f64> = p99s.iter().map(|p| p.1).collect();
         ns.sort_by(f64::total_cmp);
         ns.dedup();
-        for n in &ns {
+        // Tick labels from the right, skipping ones that would overlap.
+        let mut last_x = f64::MAX;
+        for n in ns.iter().rev() {
+            let x = xm(*n);
+            if last_x - x < 24.0 {
+                continue;
+            }
+            last_x = x;
             let _ = writeln!(
                 o,
-                r#"<text x="{:.1}" y="{}" text-anchor="middle">{n}</text>"#,
-                xm(*n),
+                r#"<text x="{x:.1}" y="{}" text-anchor="middle">{n}</text>"#,
                 qy + qh + 15.0
             );
         }

@@ -26,9 +26,16 @@ fn artifact(name: &str) -> PathBuf {
 }
 
 fn sim(profile: &str) -> SimHandle {
-    SimHandle::start(SimOptions::profile(profile).expect("profile")).expect(
-        "the simulated driver must start (build the workspace first: cargo build --workspace)",
-    )
+    let opts = SimOptions::profile(profile).expect("profile");
+    SimHandle::start(opts).unwrap_or_else(|e| {
+        let mut msg = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            msg.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        panic!("the simulated driver must start (build the workspace first: cargo build --workspace): {msg}")
+    })
 }
 
 fn cfg(mode: Mode, workers: usize, sim: &SimHandle) -> RunConfig {
