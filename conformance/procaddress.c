@@ -5,11 +5,13 @@
  *   EXPECTED_MAP:  `name|cudaVersion|flags|export` lines generated from
  *                  cudaTypedefs.h by conformance/gen-procaddress-map
  *
- * For each request whose expected export the library provides
- * (dlsym(RTLD_DEFAULT, export) finds it), cuGetProcAddress_v2 must return
- * CUDA_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS and exactly that entry; for the
- * rest it must return CUDA_ERROR_NOT_FOUND with
- * CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND and *pfn == NULL.
+ * For each request whose expected export the driver library (libcuda.so.1)
+ * provides, cuGetProcAddress_v2 must return CUDA_SUCCESS,
+ * CU_GET_PROC_ADDRESS_SUCCESS and exactly the entry a direct call by that
+ * name reaches (dlsym(RTLD_DEFAULT, export): the driver's own, or an
+ * interposer's hook when one is preloaded); for the rest it must return
+ * CUDA_ERROR_NOT_FOUND with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND and
+ * *pfn == NULL, whatever an interposer exports.
  */
 #define _GNU_SOURCE
 #define CHECK_CUDA 1
@@ -72,6 +74,9 @@ int main(int argc, char **argv) {
     }
     if (!OK_CU(cuInit, 0))
         return finish();
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!CHECK(driver != NULL, "libcuda.so.1 is loaded"))
+        return finish();
     char *line = NULL, *mline = NULL;
     size_t cap = 0, mcap = 0;
     int lineno = 0, found = 0, absent = 0;
@@ -98,7 +103,9 @@ int main(int argc, char **argv) {
                   mline ? (int)strcspn(mline, "\n") : 0, mline ? mline : "");
             return finish();
         }
-        void *want = strcmp(m.export_, "-") ? dlsym(RTLD_DEFAULT, m.export_) : NULL;
+        void *want = strcmp(m.export_, "-") && dlsym(driver, m.export_)
+                         ? dlsym(RTLD_DEFAULT, m.export_)
+                         : NULL;
         void *pfn = (void *)0x1; /* must be overwritten either way */
         CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
         CUresult res = CU(cuGetProcAddress_v2, r.name, &pfn, r.version, r.flags, &st);
