@@ -308,7 +308,7 @@ impl Machine {
         let now = now_ns();
         let mut from = now.saturating_sub(w);
         if since_realtime_us > 0 {
-            let since_mono = (since_realtime_us as i64 * 1000 - h.realtime_offset_ns).max(0) as u64;
+            let since_mono = (i128::from(since_realtime_us) * 1000 - i128::from(h.realtime_offset_ns)).clamp(0, i128::from(u64::MAX)) as u64;
             from = from.max(since_mono);
         }
         if from >= now {
