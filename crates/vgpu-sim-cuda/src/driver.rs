@@ -169,7 +169,11 @@ impl Inner {
         if *cur == 0 {
             *cur = if v1 { VA32_BASE } else { VA_BASE };
         }
-        let start = cur.checked_add(align - 1).ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)? / align * align;
+        let start = cur
+            .checked_add(align - 1)
+            .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?
+            / align
+            * align;
         // A guard gap keeps neighbours apart, like a real VA allocator.
         let next = start
             .checked_add(size.max(1))
@@ -323,7 +327,9 @@ impl Driver {
 
     pub fn ctx_create(&self, flags: u32, dev: i32) -> R<u64> {
         let dev = self.device(dev)?;
-        self.m.context_creation(dev, CtxCost::Create).map_err(machine_err)?;
+        self.m
+            .context_creation(dev, CtxCost::Create)
+            .map_err(machine_err)?;
         let mut g = self.lock();
         let id = g.id(T_CTX);
         g.ctxs.insert(
@@ -345,13 +351,23 @@ impl Driver {
     /// Destroy a context's resources (memory, streams, events) and forget it.
     fn teardown(&self, g: &mut Inner, ctx: u64) {
         let Some(c) = g.ctxs.remove(&ctx) else { return };
-        let dead: Vec<u64> = g.allocs.iter().filter(|(_, a)| a.ctx == ctx).map(|(k, _)| *k).collect();
+        let dead: Vec<u64> = g
+            .allocs
+            .iter()
+            .filter(|(_, a)| a.ctx == ctx)
+            .map(|(k, _)| *k)
+            .collect();
         for p in dead {
             if let Some(a) = g.allocs.remove(&p) {
                 self.free_alloc(g, &a);
             }
         }
-        let dead: Vec<u64> = g.arrays.iter().filter(|(_, a)| a.2 == ctx).map(|(k, _)| *k).collect();
+        let dead: Vec<u64> = g
+            .arrays
+            .iter()
+            .filter(|(_, a)| a.2 == ctx)
+            .map(|(k, _)| *k)
+            .collect();
         for a in dead {
             if let Some((dev, size, _)) = g.arrays.remove(&a) {
                 self.m.unreserve(dev, size);
@@ -365,7 +381,10 @@ impl Driver {
 
     pub fn ctx_destroy(&self, ctx: u64) -> R {
         let g = self.lock();
-        let c = g.ctxs.get(&ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        let c = g
+            .ctxs
+            .get(&ctx)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if c.primary {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
@@ -387,7 +406,9 @@ impl Driver {
             (p.refcount == 0, p.flags)
         };
         if cold {
-            self.m.context_creation(dev, CtxCost::PrimaryCold).map_err(machine_err)?;
+            self.m
+                .context_creation(dev, CtxCost::PrimaryCold)
+                .map_err(machine_err)?;
             let mut g = self.lock();
             let id = match g.primaries[dev].ctx {
                 0 => g.id(T_CTX),
@@ -470,7 +491,11 @@ impl Driver {
     }
 
     pub fn ctx_of(&self, ctx: u64) -> R<Ctx> {
-        self.lock().ctxs.get(&ctx).cloned().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+        self.lock()
+            .ctxs
+            .get(&ctx)
+            .cloned()
+            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
     }
 
     pub fn ctx_synchronize(&self) -> R {
@@ -551,7 +576,10 @@ impl Driver {
             return Ok(());
         }
         let mut g = self.lock();
-        let a = g.allocs.remove(&p).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let a = g
+            .allocs
+            .remove(&p)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         self.free_alloc(&mut g, &a);
         // Managed memory is unmapped as `a` drops.
         Ok(())
@@ -577,7 +605,10 @@ impl Driver {
 
     pub fn host_free(&self, p: usize) -> R {
         // Unmapped as the mapping drops.
-        self.lock().host.remove(&p).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        self.lock()
+            .host
+            .remove(&p)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         Ok(())
     }
 
@@ -587,8 +618,14 @@ impl Driver {
         }
         self.ctx()?;
         let mut g = self.lock();
-        let end = p.checked_add(size).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        let overlaps = g.registered.range(..end).next_back().is_some_and(|(s, l)| s + l > p);
+        let end = p
+            .checked_add(size)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let overlaps = g
+            .registered
+            .range(..end)
+            .next_back()
+            .is_some_and(|(s, l)| s + l > p);
         if overlaps {
             return Err(CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
@@ -614,7 +651,13 @@ impl Driver {
             return Ok(*p);
         }
         let id = g.id(T_POOL);
-        g.pools.insert(id, Pool { dev, ..Pool::default() });
+        g.pools.insert(
+            id,
+            Pool {
+                dev,
+                ..Pool::default()
+            },
+        );
         g.default_pools.insert(dev, id);
         Ok(id)
     }
@@ -625,8 +668,14 @@ impl Driver {
             return self.ctx();
         }
         let g = self.lock();
-        let s = g.streams.get(&stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let c = g.ctxs.get(&s.ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        let s = g
+            .streams
+            .get(&stream)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let c = g
+            .ctxs
+            .get(&s.ctx)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         Ok((s.ctx, c.dev))
     }
 
@@ -639,7 +688,12 @@ impl Driver {
             Some(p) => p,
             None => self.default_pool(sdev as i32)?,
         };
-        let dev = self.lock().pools.get(&pool).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?.dev;
+        let dev = self
+            .lock()
+            .pools
+            .get(&pool)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?
+            .dev;
         let charged = size.div_ceil(GRANULARITY) * GRANULARITY;
         self.m.reserve(dev, charged).map_err(machine_err)?;
         let mut g = self.lock();
@@ -650,7 +704,10 @@ impl Driver {
                 return Err(e);
             }
         };
-        let pl = g.pools.get_mut(&pool).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let pl = g
+            .pools
+            .get_mut(&pool)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         pl.used += size;
         pl.used_high = pl.used_high.max(pl.used);
         pl.reserved += charged;
@@ -687,7 +744,9 @@ impl Driver {
         if alloc_type != 1 || loc_type != 1 || size == 0 || size % GRANULARITY != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let dev = self.device(loc_id).map_err(|_| CUresult::CUDA_ERROR_INVALID_DEVICE)?;
+        let dev = self
+            .device(loc_id)
+            .map_err(|_| CUresult::CUDA_ERROR_INVALID_DEVICE)?;
         self.m.reserve(dev, size).map_err(machine_err)?;
         let mut g = self.lock();
         let id = g.id(T_VMM);
@@ -705,7 +764,10 @@ impl Driver {
 
     pub fn vmm_release(&self, h: u64) -> R {
         let mut g = self.lock();
-        let v = g.vmm.get_mut(&h).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let v = g
+            .vmm
+            .get_mut(&h)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         if v.released {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
@@ -756,7 +818,11 @@ impl Driver {
         if !Self::in_reservation(&g, p, size) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let clash = g.mappings.range(..p + size).next_back().is_some_and(|(s, (l, _))| s + l > p);
+        let clash = g
+            .mappings
+            .range(..p + size)
+            .next_back()
+            .is_some_and(|(s, (l, _))| s + l > p);
         if clash {
             return Err(CUresult::CUDA_ERROR_ALREADY_MAPPED);
         }
@@ -769,7 +835,11 @@ impl Driver {
 
     pub fn vmm_unmap(&self, p: u64, size: u64) -> R {
         let mut g = self.lock();
-        let hit: Vec<u64> = g.mappings.range(p..p.saturating_add(size)).map(|(k, _)| *k).collect();
+        let hit: Vec<u64> = g
+            .mappings
+            .range(p..p.saturating_add(size))
+            .map(|(k, _)| *k)
+            .collect();
         if hit.is_empty() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
@@ -812,7 +882,9 @@ impl Driver {
     // ---- arrays ----
 
     pub fn array_create(&self, size: Option<u64>, tag: u64) -> R<u64> {
-        let size = size.filter(|s| *s > 0).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let size = size
+            .filter(|s| *s > 0)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let (ctx, dev) = self.ctx()?;
         self.m.reserve(dev, size).map_err(machine_err)?;
         let mut g = self.lock();
@@ -825,7 +897,11 @@ impl Driver {
         if h >> 48 != tag {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
-        let (dev, size, _) = self.lock().arrays.remove(&h).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let (dev, size, _) = self
+            .lock()
+            .arrays
+            .remove(&h)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         self.m.unreserve(dev, size);
         Ok(())
     }
@@ -849,7 +925,10 @@ impl Driver {
 
     pub fn module_unload(&self, m: u64) -> R {
         let mut g = self.lock();
-        let fids = g.modules.remove(&m).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let fids = g
+            .modules
+            .remove(&m)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         for f in fids {
             g.funcs.remove(&f);
         }
@@ -858,7 +937,10 @@ impl Driver {
 
     pub fn module_function(&self, m: u64, name: &str) -> R<u64> {
         let g = self.lock();
-        let fids = g.modules.get(&m).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let fids = g
+            .modules
+            .get(&m)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         fids.iter()
             .copied()
             .find(|f| g.funcs.get(f).is_some_and(|k| k.name == name))
@@ -874,7 +956,10 @@ impl Driver {
     }
 
     pub fn takes_time_param(&self, f: u64) -> bool {
-        self.lock().funcs.get(&f).is_some_and(|k| k.block_ns.is_none())
+        self.lock()
+            .funcs
+            .get(&f)
+            .is_some_and(|k| k.block_ns.is_none())
     }
 
     /// Queue a launch of `f` on `stream` (`per_thread`: the per-thread
@@ -926,7 +1011,10 @@ impl Driver {
         if stream == 0 || stream == CU_STREAM_LEGACY {
             return Ok(g.ctxs.get(&ctx).map(|c| c.default_stream_end).unwrap_or(0));
         }
-        Ok(g.streams.get(&stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.last_end)
+        Ok(g.streams
+            .get(&stream)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
+            .last_end)
     }
 
     pub fn set_stream_end(&self, ctx: u64, stream: u64, per_thread: bool, end: u64) {
@@ -1024,13 +1112,21 @@ impl Driver {
     pub fn event_record(&self, e: u64, s: u64, per_thread: bool) -> R {
         let end = self.resolve_end(s, per_thread)?;
         let mut g = self.lock();
-        let ev = g.events.get_mut(&e).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let ev = g
+            .events
+            .get_mut(&e)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         ev.at = Some(end.max(now_ns()));
         Ok(())
     }
 
     fn event_at(&self, e: u64) -> R<Option<u64>> {
-        Ok(self.lock().events.get(&e).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.at)
+        Ok(self
+            .lock()
+            .events
+            .get(&e)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
+            .at)
     }
 
     pub fn event_synchronize(&self, e: u64) -> R {
@@ -1049,8 +1145,14 @@ impl Driver {
 
     pub fn event_elapsed(&self, a: u64, b: u64) -> R<f32> {
         let g = self.lock();
-        let ea = g.events.get(&a).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let eb = g.events.get(&b).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let ea = g
+            .events
+            .get(&a)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let eb = g
+            .events
+            .get(&b)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         // CU_EVENT_DISABLE_TIMING
         if ea.flags & 2 != 0 || eb.flags & 2 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
@@ -1107,7 +1209,11 @@ impl Driver {
 
     pub fn graph_instantiate(&self, graph: u64) -> R<u64> {
         let mut g = self.lock();
-        let nodes = g.graphs.get(&graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?.clone();
+        let nodes = g
+            .graphs
+            .get(&graph)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?
+            .clone();
         let id = g.id(T_EXEC);
         g.execs.insert(id, nodes);
         Ok(id)
@@ -1121,7 +1227,9 @@ impl Driver {
             .cloned()
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         for n in nodes {
-            self.launch(n.func, n.grid, n.block, stream, per_thread, n.param_ns, false)?;
+            self.launch(
+                n.func, n.grid, n.block, stream, per_thread, n.param_ns, false,
+            )?;
         }
         Ok(())
     }
@@ -1136,7 +1244,9 @@ impl Driver {
 
     pub fn graph_destroy(&self, graph: u64) -> R {
         let mut g = self.lock();
-        g.graphs.remove(&graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        g.graphs
+            .remove(&graph)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         g.nodes.retain(|_, gr| *gr != graph);
         Ok(())
     }
@@ -1163,7 +1273,10 @@ fn anon(size: u64) -> R<memmap2::MmapRaw> {
 ///
 /// or the one-line form `vgpu-sim-kernel name=busy block_us=500`.
 pub fn parse_image(text: &str) -> Option<Vec<Kernel>> {
-    let mut lines = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty());
+    let mut lines = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty());
     let first = lines.next()?;
     let mut out = Vec::new();
     if first == "vgpu-sim-module v1" {
@@ -1177,7 +1290,9 @@ pub fn parse_image(text: &str) -> Option<Vec<Kernel>> {
             out.push(Kernel { name, block_ns });
         }
     } else if let Some(rest) = first.strip_prefix("vgpu-sim-kernel ") {
-        for l in std::iter::once(rest).chain(lines.map(|l| l.strip_prefix("vgpu-sim-kernel ").unwrap_or("\u{0}"))) {
+        for l in std::iter::once(rest)
+            .chain(lines.map(|l| l.strip_prefix("vgpu-sim-kernel ").unwrap_or("\u{0}")))
+        {
             let mut name = None;
             let mut rest_kv = Vec::new();
             for kv in l.split_whitespace() {
@@ -1202,7 +1317,10 @@ fn time_kv<'a>(kvs: impl Iterator<Item = &'a str>) -> Option<Option<u64>> {
     let mut t = None;
     for kv in kvs {
         let (k, v) = kv.split_once('=')?;
-        let n: f64 = v.parse().ok().filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+        let n: f64 = v
+            .parse()
+            .ok()
+            .filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
         let ns = match k {
             "block_us" => n * 1e3,
             "block_ns" => n,

@@ -21,7 +21,10 @@ fn run(name: &str, f: impl FnOnce() -> R) -> CUresult {
             e
         }
         Err(_) => {
-            log::log(log::ERROR, &format!("{name}: internal panic caught; returning CUDA_ERROR_UNKNOWN"));
+            log::log(
+                log::ERROR,
+                &format!("{name}: internal panic caught; returning CUDA_ERROR_UNKNOWN"),
+            );
             CUresult::CUDA_ERROR_UNKNOWN
         }
     }
@@ -120,44 +123,44 @@ fn attribute(dev: usize, attr: c_int) -> R<c_int> {
     let d = drv()?;
     let rec = d.m.device(dev).map_err(driver::machine_err)?;
     let v: i64 = match attr {
-        1 => 1024,                                           // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,                                       // MAX_BLOCK_DIM_X/Y
-        4 => 64,                                             // MAX_BLOCK_DIM_Z
-        5 => i32::MAX as i64,                                // MAX_GRID_DIM_X
-        6 | 7 => 65535,                                      // MAX_GRID_DIM_Y/Z
-        8 => 49152,                                          // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,                                          // TOTAL_CONSTANT_MEMORY
-        10 => 32,                                            // WARP_SIZE
-        11 => i32::MAX as i64,                               // MAX_PITCH
-        12 => 65536,                                         // MAX_REGISTERS_PER_BLOCK
-        13 => 1_410_000,                                     // CLOCK_RATE (kHz)
-        14 => 512,                                           // TEXTURE_ALIGNMENT
-        15 => 1,                                             // GPU_OVERLAP
-        16 => i64::from(rec.sms),                            // MULTIPROCESSOR_COUNT
-        17 | 18 => 0,                                        // KERNEL_EXEC_TIMEOUT, INTEGRATED
-        19 => 1,                                             // CAN_MAP_HOST_MEMORY
-        20 => 0,                                             // COMPUTE_MODE default
-        31 | 32 => 1,                                        // CONCURRENT_KERNELS, ECC_ENABLED
-        33 => i64::from(vgpu_sim::machine::pci_bus(dev)),    // PCI_BUS_ID
-        34 => 0,                                             // PCI_DEVICE_ID (slot)
-        35 => 0,                                             // TCC_DRIVER
-        36 => 1_593_000,                                     // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,                                          // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 40 << 20,                                      // L2_CACHE_SIZE
-        39 => i64::from(rec.max_threads_per_sm),             // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 2,                                             // ASYNC_ENGINE_COUNT
-        41 => 1,                                             // UNIFIED_ADDRESSING
-        50 => 0,                                             // PCI_DOMAIN_ID
-        75 => i64::from(rec.cc_major),                       // COMPUTE_CAPABILITY_MAJOR
-        76 => i64::from(rec.cc_minor),                       // COMPUTE_CAPABILITY_MINOR
-        81 => 167_936,                                       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,                                         // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 => 1,                                             // MANAGED_MEMORY
-        84 => 0,                                             // MULTI_GPU_BOARD
-        89 | 95 => 1,                                        // CONCURRENT_MANAGED_ACCESS, COOPERATIVE_LAUNCH
-        97 => 166_912,                                       // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        102 | 115 => 1,                                      // VMM supported, MEMORY_POOLS_SUPPORTED
-        106 => 32,                                           // MAX_BLOCKS_PER_MULTIPROCESSOR
+        1 => 1024,                                        // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                                    // MAX_BLOCK_DIM_X/Y
+        4 => 64,                                          // MAX_BLOCK_DIM_Z
+        5 => i32::MAX as i64,                             // MAX_GRID_DIM_X
+        6 | 7 => 65535,                                   // MAX_GRID_DIM_Y/Z
+        8 => 49152,                                       // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,                                       // TOTAL_CONSTANT_MEMORY
+        10 => 32,                                         // WARP_SIZE
+        11 => i32::MAX as i64,                            // MAX_PITCH
+        12 => 65536,                                      // MAX_REGISTERS_PER_BLOCK
+        13 => 1_410_000,                                  // CLOCK_RATE (kHz)
+        14 => 512,                                        // TEXTURE_ALIGNMENT
+        15 => 1,                                          // GPU_OVERLAP
+        16 => i64::from(rec.sms),                         // MULTIPROCESSOR_COUNT
+        17 | 18 => 0,                                     // KERNEL_EXEC_TIMEOUT, INTEGRATED
+        19 => 1,                                          // CAN_MAP_HOST_MEMORY
+        20 => 0,                                          // COMPUTE_MODE default
+        31 | 32 => 1,                                     // CONCURRENT_KERNELS, ECC_ENABLED
+        33 => i64::from(vgpu_sim::machine::pci_bus(dev)), // PCI_BUS_ID
+        34 => 0,                                          // PCI_DEVICE_ID (slot)
+        35 => 0,                                          // TCC_DRIVER
+        36 => 1_593_000,                                  // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,                                       // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 40 << 20,                                   // L2_CACHE_SIZE
+        39 => i64::from(rec.max_threads_per_sm),          // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 2,                                          // ASYNC_ENGINE_COUNT
+        41 => 1,                                          // UNIFIED_ADDRESSING
+        50 => 0,                                          // PCI_DOMAIN_ID
+        75 => i64::from(rec.cc_major),                    // COMPUTE_CAPABILITY_MAJOR
+        76 => i64::from(rec.cc_minor),                    // COMPUTE_CAPABILITY_MINOR
+        81 => 167_936,                                    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,                                      // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83 => 1,                                          // MANAGED_MEMORY
+        84 => 0,                                          // MULTI_GPU_BOARD
+        89 | 95 => 1,   // CONCURRENT_MANAGED_ACCESS, COOPERATIVE_LAUNCH
+        97 => 166_912,  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        102 | 115 => 1, // VMM supported, MEMORY_POOLS_SUPPORTED
+        106 => 32,      // MAX_BLOCKS_PER_MULTIPROCESSOR
         // Other attributes of cuda.h 12.9 read as 0 ("not supported").
         a if (1..=150).contains(&a) => 0,
         _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
@@ -172,38 +175,138 @@ static ERRORS: &[(u32, &CStr, &CStr)] = &[
     (2, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
     (3, c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
     (4, c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down"),
-    (34, c"CUDA_ERROR_STUB_LIBRARY", c"CUDA driver is a stub library"),
-    (46, c"CUDA_ERROR_DEVICE_UNAVAILABLE", c"CUDA-capable device(s) is/are busy or unavailable"),
-    (100, c"CUDA_ERROR_NO_DEVICE", c"no CUDA-capable device is detected"),
+    (
+        34,
+        c"CUDA_ERROR_STUB_LIBRARY",
+        c"CUDA driver is a stub library",
+    ),
+    (
+        46,
+        c"CUDA_ERROR_DEVICE_UNAVAILABLE",
+        c"CUDA-capable device(s) is/are busy or unavailable",
+    ),
+    (
+        100,
+        c"CUDA_ERROR_NO_DEVICE",
+        c"no CUDA-capable device is detected",
+    ),
     (101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
-    (200, c"CUDA_ERROR_INVALID_IMAGE", c"device kernel image is invalid"),
-    (201, c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
-    (202, c"CUDA_ERROR_CONTEXT_ALREADY_CURRENT", c"context already current"),
-    (205, c"CUDA_ERROR_MAP_FAILED", c"mapping of buffer object failed"),
-    (206, c"CUDA_ERROR_UNMAP_FAILED", c"unmapping of buffer object failed"),
-    (208, c"CUDA_ERROR_ALREADY_MAPPED", c"resource already mapped"),
+    (
+        200,
+        c"CUDA_ERROR_INVALID_IMAGE",
+        c"device kernel image is invalid",
+    ),
+    (
+        201,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        202,
+        c"CUDA_ERROR_CONTEXT_ALREADY_CURRENT",
+        c"context already current",
+    ),
+    (
+        205,
+        c"CUDA_ERROR_MAP_FAILED",
+        c"mapping of buffer object failed",
+    ),
+    (
+        206,
+        c"CUDA_ERROR_UNMAP_FAILED",
+        c"unmapping of buffer object failed",
+    ),
+    (
+        208,
+        c"CUDA_ERROR_ALREADY_MAPPED",
+        c"resource already mapped",
+    ),
     (211, c"CUDA_ERROR_NOT_MAPPED", c"resource not mapped"),
-    (300, c"CUDA_ERROR_INVALID_SOURCE", c"device kernel image is invalid"),
+    (
+        300,
+        c"CUDA_ERROR_INVALID_SOURCE",
+        c"device kernel image is invalid",
+    ),
     (301, c"CUDA_ERROR_FILE_NOT_FOUND", c"file not found"),
-    (302, c"CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND", c"shared object symbol not found"),
-    (303, c"CUDA_ERROR_SHARED_OBJECT_INIT_FAILED", c"shared object initialization failed"),
-    (304, c"CUDA_ERROR_OPERATING_SYSTEM", c"OS call failed or operation not supported on this OS"),
-    (400, c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
-    (401, c"CUDA_ERROR_ILLEGAL_STATE", c"the operation cannot be performed in the present state"),
+    (
+        302,
+        c"CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
+        c"shared object symbol not found",
+    ),
+    (
+        303,
+        c"CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
+        c"shared object initialization failed",
+    ),
+    (
+        304,
+        c"CUDA_ERROR_OPERATING_SYSTEM",
+        c"OS call failed or operation not supported on this OS",
+    ),
+    (
+        400,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
+    (
+        401,
+        c"CUDA_ERROR_ILLEGAL_STATE",
+        c"the operation cannot be performed in the present state",
+    ),
     (500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
     (600, c"CUDA_ERROR_NOT_READY", c"device not ready"),
-    (700, c"CUDA_ERROR_ILLEGAL_ADDRESS", c"an illegal memory access was encountered"),
-    (701, c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", c"too many resources requested for launch"),
-    (708, c"CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE", c"primary context active"),
-    (709, c"CUDA_ERROR_CONTEXT_IS_DESTROYED", c"context is destroyed"),
-    (712, c"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", c"part or all of the requested memory range is already mapped"),
-    (713, c"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", c"pointer does not correspond to a registered memory region"),
-    (719, c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
-    (720, c"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", c"too many blocks in cooperative launch"),
+    (
+        700,
+        c"CUDA_ERROR_ILLEGAL_ADDRESS",
+        c"an illegal memory access was encountered",
+    ),
+    (
+        701,
+        c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+        c"too many resources requested for launch",
+    ),
+    (
+        708,
+        c"CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE",
+        c"primary context active",
+    ),
+    (
+        709,
+        c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
+        c"context is destroyed",
+    ),
+    (
+        712,
+        c"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+        c"part or all of the requested memory range is already mapped",
+    ),
+    (
+        713,
+        c"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+        c"pointer does not correspond to a registered memory region",
+    ),
+    (
+        719,
+        c"CUDA_ERROR_LAUNCH_FAILED",
+        c"unspecified launch failure",
+    ),
+    (
+        720,
+        c"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+        c"too many blocks in cooperative launch",
+    ),
     (800, c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted"),
     (801, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
-    (802, c"CUDA_ERROR_SYSTEM_NOT_READY", c"system not yet initialized"),
-    (803, c"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", c"system has unsupported display driver / cuda driver combination"),
+    (
+        802,
+        c"CUDA_ERROR_SYSTEM_NOT_READY",
+        c"system not yet initialized",
+    ),
+    (
+        803,
+        c"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        c"system has unsupported display driver / cuda driver combination",
+    ),
     (909, c"CUDA_ERROR_TIMEOUT", c"timeout"),
     (999, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
 ];
@@ -246,7 +349,9 @@ fn array_bytes(w: u64, h: u64, d: u64, format: c_uint, channels: c_uint) -> Opti
     if w == 0 || !matches!(channels, 1 | 2 | 4) {
         return None;
     }
-    w.checked_mul(h.max(1))?.checked_mul(d.max(1))?.checked_mul(elem * u64::from(channels))
+    w.checked_mul(h.max(1))?
+        .checked_mul(d.max(1))?
+        .checked_mul(elem * u64::from(channels))
 }
 
 fn mipmap_bytes(d: &CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> Option<u64> {
@@ -282,7 +387,12 @@ unsafe fn launch_kernel(
     d.launch(fid, grid, block, h(stream.0), pt, t, cooperative)
 }
 
-unsafe fn launch_kernel_ex(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, pt: bool) -> R {
+unsafe fn launch_kernel_ex(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    pt: bool,
+) -> R {
     // SAFETY: `config` is null or a valid CUlaunchConfig (C contract).
     let c = unsafe { inp(config) }?;
     // SAFETY: as for cuLaunchKernel.
@@ -299,7 +409,12 @@ unsafe fn launch_kernel_ex(config: *const CUlaunchConfig, f: CUfunction, params:
     }
 }
 
-unsafe fn mem_alloc_async(dptr: *mut CUdeviceptr, size: usize, pool: Option<CUmemoryPool>, s: CUstream) -> R {
+unsafe fn mem_alloc_async(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: Option<CUmemoryPool>,
+    s: CUstream,
+) -> R {
     if dptr.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }

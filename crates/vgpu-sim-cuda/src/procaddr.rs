@@ -5,7 +5,10 @@
 //! default-stream variants as `_ptsz`/`_ptds`.
 use std::sync::OnceLock;
 
-use vgpu_cuda_abi::{CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT};
+use vgpu_cuda_abi::{
+    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+    CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+};
 
 use crate::ffi;
 
@@ -199,14 +202,25 @@ mod tests {
     /// exactly that export; the rest must be reported not found.
     #[test]
     fn cudart_12_9_requests_route_as_the_headers_say() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../conformance/data/cudart-12.9-procaddress-expected.txt");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../conformance/data/cudart-12.9-procaddress-expected.txt"
+        );
         let text = std::fs::read_to_string(path).expect("expected map (conformance/data)");
         let exports: std::collections::HashSet<&str> = table().iter().map(|e| e.export).collect();
         let (mut routed, mut missing, mut lines) = (0, 0, 0);
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
             let f: Vec<&str> = line.split('|').collect();
             assert_eq!(f.len(), 4, "bad line {line}");
-            let (name, ver, flags, want) = (f[0], f[1].parse::<i32>().unwrap(), f[2].parse::<u64>().unwrap(), f[3]);
+            let (name, ver, flags, want) = (
+                f[0],
+                f[1].parse::<i32>().unwrap(),
+                f[2].parse::<u64>().unwrap(),
+                f[3],
+            );
             lines += 1;
             let got = lookup(name, ver, flags);
             if exports.contains(want) {
@@ -228,19 +242,52 @@ mod tests {
 
     #[test]
     fn status_semantics() {
-        assert_eq!(lookup("cuMemAlloc", 12090, 0).unwrap().export, "cuMemAlloc_v2");
+        assert_eq!(
+            lookup("cuMemAlloc", 12090, 0).unwrap().export,
+            "cuMemAlloc_v2"
+        );
         assert_eq!(lookup("cuMemAlloc", 3010, 0).unwrap().export, "cuMemAlloc");
-        assert_eq!(lookup("cuMemAlloc", 1000, 0).unwrap_err(), CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-        assert_eq!(lookup("cuNoSuch", 12090, 0).unwrap_err(), CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-        assert_eq!(lookup("", 0, 0).unwrap_err(), CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-        assert_eq!(lookup("cuMemAllocAsync", 11000, 0).unwrap_err(), CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-        assert_eq!(lookup("cuCtxCreate", 12050, 0).unwrap().export, "cuCtxCreate_v4");
-        assert_eq!(lookup("cuCtxCreate", 12040, 0).unwrap().export, "cuCtxCreate_v3");
+        assert_eq!(
+            lookup("cuMemAlloc", 1000, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+        );
+        assert_eq!(
+            lookup("cuNoSuch", 12090, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+        );
+        assert_eq!(
+            lookup("", 0, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+        );
+        assert_eq!(
+            lookup("cuMemAllocAsync", 11000, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+        );
+        assert_eq!(
+            lookup("cuCtxCreate", 12050, 0).unwrap().export,
+            "cuCtxCreate_v4"
+        );
+        assert_eq!(
+            lookup("cuCtxCreate", 12040, 0).unwrap().export,
+            "cuCtxCreate_v3"
+        );
         // Per-thread: the _ptsz variant from its version on, legacy before.
-        assert_eq!(lookup("cuLaunchKernel", 12000, 2).unwrap().export, "cuLaunchKernel_ptsz");
-        assert_eq!(lookup("cuLaunchKernel", 6000, 2).unwrap().export, "cuLaunchKernel");
-        assert_eq!(lookup("cuLaunchKernel", 12000, 1).unwrap().export, "cuLaunchKernel");
+        assert_eq!(
+            lookup("cuLaunchKernel", 12000, 2).unwrap().export,
+            "cuLaunchKernel_ptsz"
+        );
+        assert_eq!(
+            lookup("cuLaunchKernel", 6000, 2).unwrap().export,
+            "cuLaunchKernel"
+        );
+        assert_eq!(
+            lookup("cuLaunchKernel", 12000, 1).unwrap().export,
+            "cuLaunchKernel"
+        );
         // No per-thread variant: the legacy entry.
-        assert_eq!(lookup("cuMemAlloc", 12000, 2).unwrap().export, "cuMemAlloc_v2");
+        assert_eq!(
+            lookup("cuMemAlloc", 12000, 2).unwrap().export,
+            "cuMemAlloc_v2"
+        );
     }
 }

@@ -23,7 +23,10 @@ fn run(name: &str, f: impl FnOnce() -> R) -> nvmlReturn_t {
             e
         }
         Err(_) => {
-            log::log(log::ERROR, &format!("{name}: internal panic caught; returning NVML_ERROR_UNKNOWN"));
+            log::log(
+                log::ERROR,
+                &format!("{name}: internal panic caught; returning NVML_ERROR_UNKNOWN"),
+            );
             Ret::NVML_ERROR_UNKNOWN
         }
     }
@@ -94,7 +97,12 @@ fn pci_info(dev: usize) -> nvmlPciInfo_t {
 ///
 /// Safety: `count` is null or a valid in/out count; `infos` is null or
 /// holds `*count` elements.
-unsafe fn processes<T>(h: nvmlDevice_t, count: *mut c_uint, infos: *mut T, make: impl Fn(u32, u64) -> T) -> R {
+unsafe fn processes<T>(
+    h: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut T,
+    make: impl Fn(u32, u64) -> T,
+) -> R {
     if count.is_null() {
         return Err(Ret::NVML_ERROR_INVALID_ARGUMENT);
     }

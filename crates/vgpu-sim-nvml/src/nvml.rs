@@ -20,7 +20,10 @@ struct Lib {
     machine: Option<Arc<Machine>>,
 }
 
-static LIB: Mutex<Lib> = Mutex::new(Lib { refs: 0, machine: None });
+static LIB: Mutex<Lib> = Mutex::new(Lib {
+    refs: 0,
+    machine: None,
+});
 
 fn lib() -> MutexGuard<'static, Lib> {
     LIB.lock().unwrap_or_else(|p| p.into_inner())
@@ -54,7 +57,10 @@ pub fn shutdown() -> R {
 }
 
 pub fn machine() -> R<Arc<Machine>> {
-    lib().machine.clone().ok_or(nvmlReturn_t::NVML_ERROR_UNINITIALIZED)
+    lib()
+        .machine
+        .clone()
+        .ok_or(nvmlReturn_t::NVML_ERROR_UNINITIALIZED)
 }
 
 pub fn handle(dev: usize) -> u64 {

@@ -48,7 +48,8 @@ pub fn request(dir: &Path, cmd: u8) -> Result<(u32, u32), ClientError> {
         path: path.clone(),
         source,
     };
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(io)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(io)?;
     let mut req = [0u8; 8];
     req[..4].copy_from_slice(MAGIC);
     req[4] = cmd;
@@ -60,7 +61,10 @@ pub fn request(dir: &Path, cmd: u8) -> Result<(u32, u32), ClientError> {
     }
     let word = |i: usize| u32::from_le_bytes([rep[i], rep[i + 1], rep[i + 2], rep[i + 3]]);
     if word(4) != STATUS_OK {
-        return Err(ClientError::Refused { path, status: word(4) });
+        return Err(ClientError::Refused {
+            path,
+            status: word(4),
+        });
     }
     Ok((word(8), word(12)))
 }

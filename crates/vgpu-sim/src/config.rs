@@ -210,7 +210,12 @@ impl SimConfig {
         let file_profile = match table.get("profile") {
             None => None,
             Some(toml::Value::String(s)) => Some(s.clone()),
-            Some(v) => return Err(field("profile", format!("expected a string, got {}", v.type_str()))),
+            Some(v) => {
+                return Err(field(
+                    "profile",
+                    format!("expected a string, got {}", v.type_str()),
+                ))
+            }
         };
         let name = profile_override
             .map(str::to_string)
@@ -219,7 +224,10 @@ impl SimConfig {
         let mut cfg = match Self::with_profile(&name) {
             Ok(c) => c,
             Err(ConfigError::UnknownProfile(p)) => {
-                return Err(field("profile", format!("unknown profile `{p}` (known: zero, a100-burst)")))
+                return Err(field(
+                    "profile",
+                    format!("unknown profile `{p}` (known: zero, a100-burst)"),
+                ))
             }
             Err(e) => return Err(e),
         };
@@ -231,7 +239,8 @@ impl SimConfig {
                     cfg.devices = parse_devices(&n.to_string()).map_err(|p| field("devices", p))?;
                 }
                 "device" => {
-                    let t = sub_table(value).ok_or_else(|| field("device", expected_table(value)))?;
+                    let t =
+                        sub_table(value).ok_or_else(|| field("device", expected_table(value)))?;
                     for (k, v) in t {
                         let name = format!("device.{k}");
                         match k.as_str() {
@@ -239,14 +248,22 @@ impl SimConfig {
                                 toml::Value::String(s) if !s.is_empty() && s.len() < 60 => {
                                     cfg.device.name = s.clone()
                                 }
-                                _ => return Err(field(&name, "expected a non-empty string under 60 bytes".into())),
+                                _ => {
+                                    return Err(field(
+                                        &name,
+                                        "expected a non-empty string under 60 bytes".into(),
+                                    ))
+                                }
                             },
                             "memory" => {
                                 cfg.device.memory_bytes = bytes(v).map_err(|p| field(&name, p))?;
                             }
-                            "sms" => cfg.device.sms = positive_u32(v).map_err(|p| field(&name, p))?,
+                            "sms" => {
+                                cfg.device.sms = positive_u32(v).map_err(|p| field(&name, p))?
+                            }
                             "max_threads_per_sm" => {
-                                cfg.device.max_threads_per_sm = positive_u32(v).map_err(|p| field(&name, p))?
+                                cfg.device.max_threads_per_sm =
+                                    positive_u32(v).map_err(|p| field(&name, p))?
                             }
                             "compute_capability" => {
                                 let s = match v {
@@ -256,7 +273,9 @@ impl SimConfig {
                                 let (a, b) = s
                                     .split_once('.')
                                     .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-                                    .ok_or_else(|| field(&name, "expected a string like \"8.0\"".into()))?;
+                                    .ok_or_else(|| {
+                                        field(&name, "expected a string like \"8.0\"".into())
+                                    })?;
                                 cfg.device.cc_major = a;
                                 cfg.device.cc_minor = b;
                             }
@@ -282,7 +301,12 @@ impl SimConfig {
                                     c.serialize_context_creation = *b;
                                     continue;
                                 }
-                                _ => return Err(field(&name, format!("expected true or false, got {}", v.type_str()))),
+                                _ => {
+                                    return Err(field(
+                                        &name,
+                                        format!("expected true or false, got {}", v.type_str()),
+                                    ))
+                                }
                             },
                             _ => return Err(field(&name, "unknown field".into())),
                         };
@@ -290,15 +314,22 @@ impl SimConfig {
                     }
                 }
                 "kernel" => {
-                    let t = sub_table(value).ok_or_else(|| field("kernel", expected_table(value)))?;
+                    let t =
+                        sub_table(value).ok_or_else(|| field("kernel", expected_table(value)))?;
                     for (k, v) in t {
                         let name = format!("kernel.{k}");
                         match k.as_str() {
-                            "queue_depth" => cfg.kernel.queue_depth = positive_u32(v).map_err(|p| field(&name, p))?,
+                            "queue_depth" => {
+                                cfg.kernel.queue_depth =
+                                    positive_u32(v).map_err(|p| field(&name, p))?
+                            }
                             "nvml_window_ms" => {
                                 let ms = positive_u32(v).map_err(|p| field(&name, p))?;
                                 if ms > 60_000 {
-                                    return Err(field(&name, format!("{ms} is over the 60000 ms maximum")));
+                                    return Err(field(
+                                        &name,
+                                        format!("{ms} is over the 60000 ms maximum"),
+                                    ));
                                 }
                                 cfg.kernel.nvml_window_ns = u64::from(ms) * 1_000_000;
                             }
@@ -316,7 +347,9 @@ impl SimConfig {
 fn parse_devices(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
         Ok(n) if (1..=MAX_DEVICES as u32).contains(&n) => Ok(n),
-        _ => Err(format!("expected a device count from 1 to {MAX_DEVICES}, got `{s}`")),
+        _ => Err(format!(
+            "expected a device count from 1 to {MAX_DEVICES}, got `{s}`"
+        )),
     }
 }
 
@@ -355,7 +388,12 @@ fn micros(v: &toml::Value) -> Result<u64, String> {
     let us = match v {
         toml::Value::Integer(i) => *i as f64,
         toml::Value::Float(f) => *f,
-        _ => return Err(format!("expected microseconds as a number, got {}", v.type_str())),
+        _ => {
+            return Err(format!(
+                "expected microseconds as a number, got {}",
+                v.type_str()
+            ))
+        }
     };
     if !(0.0..=3.6e9).contains(&us) {
         return Err(format!("expected 0 to 3600000000 microseconds, got {us}"));
@@ -368,7 +406,11 @@ pub fn bytes(v: &toml::Value) -> Result<u64, String> {
     let n = match v {
         toml::Value::Integer(i) if *i > 0 => *i as u64,
         toml::Value::String(s) => parse_size(s)?,
-        _ => return Err(format!("expected bytes (e.g. 85899345920 or \"80GiB\"), got {v}")),
+        _ => {
+            return Err(format!(
+                "expected bytes (e.g. 85899345920 or \"80GiB\"), got {v}"
+            ))
+        }
     };
     if n == 0 {
         return Err("expected a non-zero size".into());
@@ -381,14 +423,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, suf) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("expected a size like \"80GiB\", got \"{s}\""))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("expected a size like \"80GiB\", got \"{s}\""))?;
     let shift = match suf.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kib" | "kb" => 10,
         "m" | "mib" | "mb" => 20,
         "g" | "gib" | "gb" => 30,
         "t" | "tib" | "tb" => 40,
-        _ => return Err(format!("unknown size suffix in \"{s}\" (use k/m/g/t or KiB/MiB/GiB/TiB)")),
+        _ => {
+            return Err(format!(
+                "unknown size suffix in \"{s}\" (use k/m/g/t or KiB/MiB/GiB/TiB)"
+            ))
+        }
     };
     n.checked_mul(1u64 << shift)
         .filter(|v| *v > 0)
@@ -405,7 +453,10 @@ mod tests {
         let a = profile("a100-burst").unwrap();
         assert_eq!(a.primary_retain_cold_ns, 31_000_000);
         assert!(a.serialize_context_creation);
-        assert!(matches!(profile("h100"), Err(ConfigError::UnknownProfile(_))));
+        assert!(matches!(
+            profile("h100"),
+            Err(ConfigError::UnknownProfile(_))
+        ));
     }
 
     #[test]
@@ -429,19 +480,23 @@ mod tests {
     }
 
     fn err(text: &str) -> String {
-        SimConfig::parse_toml(text, "cfg.toml", None).unwrap_err().to_string()
+        SimConfig::parse_toml(text, "cfg.toml", None)
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
     fn malformed_names_the_field() {
-        assert!(err("[cost]\nprimary_retain_cold_us = \"fast\"\n").contains("`cost.primary_retain_cold_us`"));
+        assert!(err("[cost]\nprimary_retain_cold_us = \"fast\"\n")
+            .contains("`cost.primary_retain_cold_us`"));
         assert!(err("[device]\nsms = 0\n").contains("`device.sms`"));
         assert!(err("[device]\nmemory = \"80 zebras\"\n").contains("`device.memory`"));
         assert!(err("devices = 99\n").contains("`devices`"));
         assert!(err("[kernel]\nqueue_deep = 3\n").contains("`kernel.queue_deep`: unknown field"));
         assert!(err("profile = \"h100\"\n").contains("`profile`"));
         assert!(err("gpus = 1\n").contains("`gpus`"));
-        assert!(err("[cost]\nserialize_context_creation = 1\n").contains("`cost.serialize_context_creation`"));
+        assert!(err("[cost]\nserialize_context_creation = 1\n")
+            .contains("`cost.serialize_context_creation`"));
         // Syntax errors carry the origin and the parser's own position.
         let e = SimConfig::parse_toml("devices = = 2", "cfg.toml", None).unwrap_err();
         assert!(matches!(e, ConfigError::Syntax { .. }));
@@ -449,9 +504,16 @@ mod tests {
 
     #[test]
     fn env_devices_validated() {
-        let e = SimConfig::resolve(None, None, Some("0")).unwrap_err().to_string();
+        let e = SimConfig::resolve(None, None, Some("0"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("VGPU_SIM_DEVICES"), "{e}");
-        assert_eq!(SimConfig::resolve(Some("a100-burst"), None, Some("3")).unwrap().devices, 3);
+        assert_eq!(
+            SimConfig::resolve(Some("a100-burst"), None, Some("3"))
+                .unwrap()
+                .devices,
+            3
+        );
     }
 
     #[test]

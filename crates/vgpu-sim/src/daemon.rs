@@ -92,7 +92,8 @@ impl Daemon {
             return Err(DaemonError::AlreadyRunning { path: sock, pid });
         }
         let _ = std::fs::remove_file(&sock);
-        let state = State::create(&state_path(dir), cfg, std::process::id()).map_err(DaemonError::State)?;
+        let state =
+            State::create(&state_path(dir), cfg, std::process::id()).map_err(DaemonError::State)?;
         std::fs::File::create(ctx_lock_path(dir)).map_err(|source| DaemonError::Dir {
             path: dir.to_path_buf(),
             source,
@@ -203,7 +204,11 @@ impl Daemon {
             CMD_QUIT => {
                 let me = rustix::process::geteuid();
                 let ok = cred.uid.is_root() || cred.uid == me;
-                reply(&mut conn, if ok { STATUS_OK } else { STATUS_DENIED }, u32::MAX);
+                reply(
+                    &mut conn,
+                    if ok { STATUS_OK } else { STATUS_DENIED },
+                    u32::MAX,
+                );
                 ok
             }
             CMD_REGISTER => {
@@ -245,7 +250,10 @@ impl Daemon {
         let raw = Pid::from_raw(pid as i32).ok_or(STATUS_BAD_REQUEST)?;
         let pidfd = pidfd_open(raw, PidfdFlags::empty()).map_err(|_| STATUS_GONE)?;
         let i = (0..MAX_PROCS)
-            .find(|i| !self.watched.contains_key(i) && self.state.proc_rec(*i).state.load(Ordering::Acquire) == PROC_FREE)
+            .find(|i| {
+                !self.watched.contains_key(i)
+                    && self.state.proc_rec(*i).state.load(Ordering::Acquire) == PROC_FREE
+            })
             .ok_or(STATUS_FULL)?;
         let r = self.state.proc_rec(i);
         for d in 0..r.mem.len() {
@@ -274,13 +282,23 @@ impl Daemon {
 
 fn process_alive(pidfd: &OwnedFd) -> bool {
     let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
-    let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     matches!(poll(&mut fds, Some(&zero)), Ok(0))
 }
 
-/// Bind and serve in the calling thread (the `vgpu-simd` binary).
+/// Bind and serve in the calling thread (the `vgpu-simd` binary, `vgpu sim
+/// daemon`) until a quit request, SIGTERM or SIGINT.
 pub fn run(dir: &Path, cfg: &SimConfig) -> Result<(), DaemonError> {
-    Daemon::bind(dir, cfg)?.serve(None)
+    let daemon = Daemon::bind(dir, cfg)?;
+    let (wake, stop) = UnixStream::pair().map_err(DaemonError::Poll)?;
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::low_level::pipe::register(sig, wake.try_clone().map_err(DaemonError::Poll)?)
+            .map_err(DaemonError::Poll)?;
+    }
+    daemon.serve(Some(OwnedFd::from(stop)))
 }
 
 /// The stop end for `serve`: dropping or writing to the returned stream

@@ -157,14 +157,21 @@ pub fn locate_artifact(name: &str) -> Result<PathBuf, SimError> {
     }
     Err(SimError::ArtifactNotFound {
         name: name.to_string(),
-        searched: dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        searched: dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 
 /// The cdylib names and the links `<dir>/lib` gets for each.
 pub const LIB_LINKS: &[(&str, &[&str])] = &[
     ("libvgpu_sim_cuda.so", &["libcuda.so.1", "libcuda.so"]),
-    ("libvgpu_sim_nvml.so", &["libnvidia-ml.so.1", "libnvidia-ml.so"]),
+    (
+        "libvgpu_sim_nvml.so",
+        &["libnvidia-ml.so.1", "libnvidia-ml.so"],
+    ),
 ];
 
 /// Create `<dir>/lib/{libcuda.so.1,libcuda.so,libnvidia-ml.so.1,libnvidia-ml.so}`.

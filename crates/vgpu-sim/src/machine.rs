@@ -25,7 +25,11 @@ pub enum MachineError {
     #[error("no such simulated device {0}")]
     NoDevice(usize),
     #[error("simulated device {device} out of memory: {requested} bytes requested, {free} free")]
-    OutOfMemory { device: usize, requested: u64, free: u64 },
+    OutOfMemory {
+        device: usize,
+        requested: u64,
+        free: u64,
+    },
     #[error("cannot take the context-creation lock {path}")]
     Lock {
         path: PathBuf,
@@ -139,7 +143,9 @@ impl Machine {
     fn rec(&self) -> Result<&ProcRec, MachineError> {
         let (i, generation) = self.record.ok_or(MachineError::Released)?;
         let r = self.state.proc_rec(i);
-        if r.state.load(Ordering::Acquire) != PROC_LIVE || r.generation.load(Ordering::Acquire) != generation {
+        if r.state.load(Ordering::Acquire) != PROC_LIVE
+            || r.generation.load(Ordering::Acquire) != generation
+        {
             return Err(MachineError::Released);
         }
         Ok(r)
@@ -171,13 +177,17 @@ impl Machine {
 
     pub fn unreserve(&self, dev: usize, bytes: u64) {
         if let Ok(r) = self.rec() {
-            let _ = r.mem[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some(v.saturating_sub(bytes)));
+            let _ = r.mem[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some(v.saturating_sub(bytes))
+            });
         }
     }
 
     /// This process's memory on `dev`.
     pub fn my_mem(&self, dev: usize) -> u64 {
-        self.rec().map(|r| r.mem[dev].load(Ordering::SeqCst)).unwrap_or(0)
+        self.rec()
+            .map(|r| r.mem[dev].load(Ordering::SeqCst))
+            .unwrap_or(0)
     }
 
     /// A context on `dev` came (+1) or went (-1).
@@ -187,7 +197,9 @@ impl Machine {
                 r.contexts[dev].fetch_add(delta as u32, Ordering::SeqCst);
             } else {
                 let d = delta.unsigned_abs();
-                let _ = r.contexts[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some(v.saturating_sub(d)));
+                let _ = r.contexts[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                    Some(v.saturating_sub(d))
+                });
             }
         }
     }
@@ -207,7 +219,11 @@ impl Machine {
                 path: path.clone(),
                 source,
             };
-            let f = File::options().read(true).write(true).open(&path).map_err(lock_err)?;
+            let f = File::options()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(lock_err)?;
             loop {
                 match flock(&f, FlockOperation::LockExclusive) {
                     Ok(()) => break,
@@ -223,7 +239,8 @@ impl Machine {
         spend(cost);
         let end = now_ns();
         if kind == CtxCost::PrimaryCold {
-            self.state.record_retain(self.host_pid, dev as u32, start, end);
+            self.state
+                .record_retain(self.host_pid, dev as u32, start, end);
         }
         // Dropping the file closes it, which releases the lock.
         Ok(())
@@ -272,7 +289,10 @@ impl Machine {
         if duration_ns > 0 {
             self.state.record_kernel(dev, self.host_pid, start, end);
         }
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(end);
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(end);
         Ok(end)
     }
 
@@ -308,7 +328,9 @@ impl Machine {
         let now = now_ns();
         let mut from = now.saturating_sub(w);
         if since_realtime_us > 0 {
-            let since_mono = (i128::from(since_realtime_us) * 1000 - i128::from(h.realtime_offset_ns)).clamp(0, i128::from(u64::MAX)) as u64;
+            let since_mono = (i128::from(since_realtime_us) * 1000
+                - i128::from(h.realtime_offset_ns))
+            .clamp(0, i128::from(u64::MAX)) as u64;
             from = from.max(since_mono);
         }
         if from >= now {
@@ -331,7 +353,8 @@ impl Machine {
             .into_iter()
             .filter_map(|(i, pid)| {
                 let r = self.state.proc_rec(i);
-                (r.contexts[dev].load(Ordering::SeqCst) > 0).then(|| (pid, r.mem[dev].load(Ordering::SeqCst)))
+                (r.contexts[dev].load(Ordering::SeqCst) > 0)
+                    .then(|| (pid, r.mem[dev].load(Ordering::SeqCst)))
             })
             .collect()
     }

@@ -149,11 +149,20 @@ impl State {
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .map_err(|source| StateError::Open { path: p.clone(), source })?;
+            .map_err(|source| StateError::Open {
+                path: p.clone(),
+                source,
+            })?;
         // Sparse: untouched timeline pages cost nothing.
         file.set_len(TOTAL_SIZE as u64)
-            .map_err(|source| StateError::Open { path: p.clone(), source })?;
-        let map = MmapRaw::map_raw(&file).map_err(|source| StateError::Map { path: p.clone(), source })?;
+            .map_err(|source| StateError::Open {
+                path: p.clone(),
+                source,
+            })?;
+        let map = MmapRaw::map_raw(&file).map_err(|source| StateError::Map {
+            path: p.clone(),
+            source,
+        })?;
         let state = State { map, _file: file };
         {
             let h = state.header_mut_init();
@@ -176,7 +185,8 @@ impl State {
             h.nvml_snapshot_ns = cfg.cost.nvml_snapshot_ns;
             h.kernel_queue_depth = u64::from(cfg.kernel.queue_depth);
             h.nvml_window_ns = cfg.kernel.nvml_window_ns;
-            h.realtime_offset_ns = crate::clock::realtime_ns() as i64 - crate::clock::now_ns() as i64;
+            h.realtime_offset_ns =
+                crate::clock::realtime_ns() as i64 - crate::clock::now_ns() as i64;
         }
         for i in 0..cfg.devices as usize {
             let d = state.device_mut_init(i);
@@ -189,10 +199,10 @@ impl State {
             d.cc_major = cfg.device.cc_major;
             d.cc_minor = cfg.device.cc_minor;
         }
-        state
-            .map
-            .flush()
-            .map_err(|source| StateError::Map { path: p.clone(), source })?;
+        state.map.flush().map_err(|source| StateError::Map {
+            path: p.clone(),
+            source,
+        })?;
         std::fs::rename(&tmp, path).map_err(|source| StateError::Open { path: p, source })?;
         Ok(state)
     }
@@ -204,10 +214,16 @@ impl State {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|source| StateError::Open { path: p.clone(), source })?;
+            .map_err(|source| StateError::Open {
+                path: p.clone(),
+                source,
+            })?;
         let len = file
             .metadata()
-            .map_err(|source| StateError::Open { path: p.clone(), source })?
+            .map_err(|source| StateError::Open {
+                path: p.clone(),
+                source,
+            })?
             .len();
         if len < TOTAL_SIZE as u64 {
             return Err(StateError::Layout {
@@ -215,7 +231,10 @@ impl State {
                 problem: format!("{len} bytes, expected {TOTAL_SIZE}"),
             });
         }
-        let map = MmapRaw::map_raw(&file).map_err(|source| StateError::Map { path: p.clone(), source })?;
+        let map = MmapRaw::map_raw(&file).map_err(|source| StateError::Map {
+            path: p.clone(),
+            source,
+        })?;
         let state = State { map, _file: file };
         let h = state.header();
         let problem = if h.magic != MAGIC {
@@ -259,7 +278,9 @@ impl State {
         assert!(i < MAX_DEVICES);
         // SAFETY: as `header_mut_init`: the file is private to its creator
         // until renamed; the record is in bounds and aligned.
-        unsafe { &mut *self.ptr_at::<DeviceRec>(DEVICES_OFF + i * std::mem::size_of::<DeviceRec>()) }
+        unsafe {
+            &mut *self.ptr_at::<DeviceRec>(DEVICES_OFF + i * std::mem::size_of::<DeviceRec>())
+        }
     }
 
     /// The header. Its plain fields are written once, before the file is
@@ -281,7 +302,9 @@ impl State {
         }
         // SAFETY: i < device_count <= MAX_DEVICES, so in bounds; plain fields
         // are immutable after publication, the rest atomics.
-        Some(unsafe { &*self.ptr_at::<DeviceRec>(DEVICES_OFF + i * std::mem::size_of::<DeviceRec>()) })
+        Some(unsafe {
+            &*self.ptr_at::<DeviceRec>(DEVICES_OFF + i * std::mem::size_of::<DeviceRec>())
+        })
     }
 
     pub fn proc_rec(&self, i: usize) -> &ProcRec {
@@ -320,7 +343,8 @@ impl State {
         (0..MAX_PROCS)
             .filter_map(|i| {
                 let r = self.proc_rec(i);
-                (r.state.load(Ordering::Acquire) == PROC_LIVE).then(|| (i, r.host_pid.load(Ordering::Acquire)))
+                (r.state.load(Ordering::Acquire) == PROC_LIVE)
+                    .then(|| (i, r.host_pid.load(Ordering::Acquire)))
             })
             .collect()
     }
@@ -374,7 +398,9 @@ impl State {
     /// Kernel intervals on `dev` that overlap `[from, to)`:
     /// (host pid, start, end).
     pub fn kernels(&self, dev: usize, from: u64, to: u64) -> Vec<(u32, u64, u64)> {
-        let Some(d) = self.device(dev) else { return Vec::new() };
+        let Some(d) = self.device(dev) else {
+            return Vec::new();
+        };
         let head = d.kernel_head.load(Ordering::Acquire);
         let first = head.saturating_sub(KERNEL_RING as u64);
         let mut out = Vec::new();
@@ -411,7 +437,10 @@ mod tests {
     fn layout_is_stable() {
         assert_eq!(std::mem::size_of::<KernelRec>(), 32);
         assert_eq!(std::mem::size_of::<RetainRec>(), 32);
-        assert_eq!(std::mem::size_of::<ProcRec>(), 16 + 8 * MAX_DEVICES + 4 * MAX_DEVICES);
+        assert_eq!(
+            std::mem::size_of::<ProcRec>(),
+            16 + 8 * MAX_DEVICES + 4 * MAX_DEVICES
+        );
         assert_eq!(HEADER_SIZE % 64, 0);
     }
 
@@ -419,7 +448,10 @@ mod tests {
     fn create_open_and_reject() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state");
-        let cfg = SimConfig { devices: 2, ..SimConfig::default() };
+        let cfg = SimConfig {
+            devices: 2,
+            ..SimConfig::default()
+        };
         let s = State::create(&path, &cfg, 1).unwrap();
         assert_eq!(s.device_count(), 2);
         let o = State::open(&path).unwrap();

@@ -9,9 +9,15 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mut dir = None;
-    let mut profile = std::env::var("VGPU_SIM_PROFILE").ok().filter(|v| !v.is_empty());
-    let mut devices = std::env::var("VGPU_SIM_DEVICES").ok().filter(|v| !v.is_empty());
-    let mut config = std::env::var_os("VGPU_SIM_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let mut profile = std::env::var("VGPU_SIM_PROFILE")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let mut devices = std::env::var("VGPU_SIM_DEVICES")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let mut config = std::env::var_os("VGPU_SIM_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
     while let Some(a) = args.next() {
         let mut val = |flag: &str| match args.next() {
             Some(v) => Ok(v),
@@ -23,7 +29,9 @@ fn main() -> ExitCode {
             "--devices" => val("--devices").map(|v| devices = Some(v)),
             "--config" => val("--config").map(|v| config = Some(PathBuf::from(v))),
             "-h" | "--help" => {
-                println!("usage: vgpu-simd [--dir DIR] [--profile NAME] [--devices N] [--config FILE]");
+                println!(
+                    "usage: vgpu-simd [--dir DIR] [--profile NAME] [--devices N] [--config FILE]"
+                );
                 return ExitCode::SUCCESS;
             }
             other => Err(format!("unknown argument `{other}`")),
@@ -34,7 +42,11 @@ fn main() -> ExitCode {
         }
     }
     let dir = dir.unwrap_or_else(vgpu_sim::client::sim_dir);
-    let cfg = match vgpu_sim::SimConfig::resolve(profile.as_deref(), config.as_deref(), devices.as_deref()) {
+    let cfg = match vgpu_sim::SimConfig::resolve(
+        profile.as_deref(),
+        config.as_deref(),
+        devices.as_deref(),
+    ) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("vgpu-simd: {}", chain(&e));
