@@ -131,3 +131,44 @@ fn expected_map_is_generated_from_the_headers() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_wrong_expectation_is_reported_as_a_failure() {
+    // The harness must see a failing check: tell cuda_api to expect an SM
+    // count the sim does not have.
+    let opts = SimOptions::default();
+    let h = sim(opts);
+    let mut env = h.env();
+    env.push(("CONF_EXPECT_SM_COUNT".into(), "7".into()));
+    let r = run(&program("cuda_api"), &[], &env).unwrap();
+    assert!(!r.ok() && !r.success, "{r}");
+    let f = r.failures();
+    assert_eq!(f.len(), 1, "{r}");
+    assert!(f[0].contains("SM count 132 == 7"), "{r}");
+}
+
+#[test]
+fn a_stale_expected_map_is_refused_by_name() {
+    let h = sim(SimOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let map = std::fs::read_to_string(procaddress_map()).unwrap();
+    let stale = dir.path().join("stale.txt");
+    std::fs::write(
+        &stale,
+        map.replacen("cuMemAlloc|3020|0|", "cuMemAlloc|3000|0|", 1),
+    )
+    .unwrap();
+    let r = run(
+        &program("procaddress"),
+        &[cudart_requests().to_str().unwrap(), stale.to_str().unwrap()],
+        &h.env(),
+    )
+    .unwrap();
+    assert!(!r.ok(), "{r}");
+    let f = r.failures();
+    assert_eq!(f.len(), 1, "{r}");
+    assert!(
+        f[0].contains("cuMemAlloc|3020|0: expected map is stale"),
+        "{r}"
+    );
+}
