@@ -13,7 +13,7 @@
 //! backed off together does not leave everyone empty-handed.
 
 use crate::layout::{RawHeader, RawSlot, RawSlotDevice, MAX_DEVICES, NS_TABLE_LEN};
-use crate::sync::{AtomicU64, Ordering::SeqCst};
+use crate::sync::{fence, AtomicU64, Ordering::SeqCst};
 
 /// Slot states (top two bits of the owner word).
 pub const ST_FREE: u64 = 0;
@@ -164,6 +164,7 @@ pub fn claim<E: Env>(v: &View<'_>, me: Owner, env: &E) -> Option<usize> {
             // so every admission sum that could miss this slot's bytes
             // happened before them (see the module comment).
             v.header.slot_high_water.fetch_max(i as u32 + 1, SeqCst);
+            fence(SeqCst);
             // A free slot is all zero; clear anyway so a slot left dirty by
             // a misbehaving owner cannot hand phantom bytes to its successor.
             clear_slot(s, &NoSteps);
@@ -281,6 +282,12 @@ const ADMIT_ATTEMPTS: u32 = 24;
 #[cfg(loom)]
 const ADMIT_ATTEMPTS: u32 = 2;
 
+#[cfg(loom)]
+fn backoff(_attempt: u32, _salt: usize) {
+    crate::sync::yield_now();
+}
+
+#[cfg(not(loom))]
 fn backoff(attempt: u32, salt: usize) {
     let spins = (1u32 << attempt.min(8))
         + (crate::sync::jitter().wrapping_add(salt as u32 * 2654435761) % 64);
@@ -321,6 +328,11 @@ pub fn reserve<E: Env>(
     let mut others = 0;
     for attempt in 0..ADMIT_ATTEMPTS {
         sd.total.fetch_add(bytes, SeqCst);
+        // Orders the add before the loads of the sum against every other
+        // racer's fence (the store-buffering case): the SeqCst RMW alone
+        // already does on x86, the fence says so in the C++ model (and to
+        // loom, which treats SeqCst accesses as AcqRel but models fences).
+        fence(SeqCst);
         env.step("reserve.after_add");
         let used = device_total(v, dev);
         if used <= limit {
@@ -329,6 +341,7 @@ pub fn reserve<E: Env>(
             return Ok(());
         }
         sd.total.fetch_sub(bytes, SeqCst);
+        fence(SeqCst);
         // What the others hold now (admitted or mid-attempt). If even that
         // leaves no room, this is a plain refusal; otherwise someone backed
         // off with us and one of us should try again.

@@ -34,13 +34,6 @@ mod sync;
 pub mod telemetry;
 pub mod units;
 
-#[cfg(loom)]
-mod clock {
-    pub fn monotonic_ns() -> u64 {
-        0
-    }
-}
-
 pub use crate::core::{AdmissionError, MemKind, Release};
 #[cfg(not(loom))]
 pub use clock::{monotonic_ns, realtime_ns};

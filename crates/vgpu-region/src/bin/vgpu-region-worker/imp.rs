@@ -1,17 +1,4 @@
-//! Test and benchmark worker for vgpu-region (built with the `failpoints`
-//! feature under `cargo test`/`cargo bench`). One process per invocation:
-//!
-//! - `script REGION OPS`: comma-separated steps: `create:<slots>:<limit>`,
-//!   `open`, `register`, `reserve:<bytes>`, `release:<bytes>`, `reclaim`,
-//!   `unregister`, `die`. Prints `slot=N`, `reclaimed=N`, `refused`, `ok`.
-//! - `burst REGION GATE HOLD MODE`: open, wait on the GATE file's shared
-//!   flock (the parent holds it exclusively and releases everyone at once),
-//!   register (MODE `cas`) or register under an exclusive flock of
-//!   `REGION.lock` (MODE `flock`, the serialized baseline), print
-//!   `pid=… slot=… start_ns=… end_ns=…`, then wait on HOLD likewise and exit.
-//! - `race REGION BARRIER THREADS ROUNDS CHUNK PARTIES`: every thread reserves
-//!   CHUNK each round between two barriers; winners count themselves in
-//!   the barrier file and check the admitted total never exceeds the limit.
+//! The worker itself (absent from loom builds, which lack `Region`).
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::process::ExitCode;
@@ -193,7 +180,7 @@ fn wait_barrier(sh: &barrier::Shared, parties: u32) -> Result<(), String> {
     let mut n = 0u32;
     while sh.cell(1).load(SeqCst) == gen {
         n += 1;
-        if n % 64 == 0 && Instant::now() > deadline {
+        if n.is_multiple_of(64) && Instant::now() > deadline {
             return Err("barrier timed out".into());
         }
         std::thread::yield_now();
@@ -248,7 +235,7 @@ fn race(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let res = match args.first().map(String::as_str) {
         Some("script") if args.len() == 3 => script(&args[1], &args[2]),

@@ -1,0 +1,25 @@
+//! Test and benchmark worker for vgpu-region (built with the `failpoints`
+//! feature under `cargo test`/`cargo bench`). One process per invocation:
+//!
+//! - `script REGION OPS`: comma-separated steps: `create:<slots>:<limit>`,
+//!   `open`, `register`, `reserve:<bytes>`, `release:<bytes>`, `reclaim`,
+//!   `unregister`, `die`. Prints `slot=N`, `reclaimed=N`, `refused`, `ok`.
+//! - `burst REGION GATE HOLD MODE`: open, wait on the GATE file's shared
+//!   flock (the parent holds it exclusively and releases everyone at once),
+//!   register (MODE `cas`) or register under an exclusive flock of
+//!   `REGION.lock` (MODE `flock`, the serialized baseline), print
+//!   `pid=… slot=… start_ns=… end_ns=…`, then wait on HOLD likewise and exit.
+//! - `race REGION BARRIER THREADS ROUNDS CHUNK PARTIES`: every thread reserves
+//!   CHUNK each round between two barriers; winners count themselves in
+//!   the barrier file and check the admitted total never exceeds the limit.
+
+#[cfg(not(loom))]
+mod imp;
+
+#[cfg(not(loom))]
+fn main() -> std::process::ExitCode {
+    imp::main()
+}
+
+#[cfg(loom)]
+fn main() {}

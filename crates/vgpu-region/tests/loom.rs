@@ -1,0 +1,222 @@
+//! Loom model checks of claim, reclaim and admission over a small
+//! in-memory region (the same code the mapped file runs, through the
+//! `sync` facade). Run:
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p vgpu-region --release --test loom`
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use vgpu_region::model::*;
+
+/// Liveness as the model decides it: PIDs ≥ 90 are dead.
+struct ModelEnv;
+impl Env for ModelEnv {
+    fn is_dead(&self, o: Owner) -> bool {
+        o.pid >= 90
+    }
+}
+
+fn owner(pid: u32) -> Owner {
+    Owner {
+        ns_index: 0,
+        pid,
+        start34: 1000 + pid as u64,
+    }
+}
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b
+}
+
+#[test]
+fn claims_are_exclusive() {
+    builder().check(|| {
+        let m = Arc::new(Mem::new(2));
+        let hs: Vec<_> = (1..=3)
+            .map(|pid| {
+                let m = m.clone();
+                loom::thread::spawn(move || claim(&m.view(), owner(pid), &ModelEnv))
+            })
+            .collect();
+        let got: Vec<Option<usize>> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let won: Vec<usize> = got.iter().flatten().copied().collect();
+        // Two slots, three claimers: exactly two win, on different slots.
+        assert_eq!(won.len(), 2, "{got:?}");
+        assert_ne!(won[0], won[1]);
+        for (pid, g) in (1..=3).zip(&got) {
+            if let Some(i) = g {
+                let (st, o) = decode(m.slots[*i].owner.load(std::sync::atomic::Ordering::SeqCst));
+                assert_eq!((st, o), (ST_LIVE, owner(pid)));
+            }
+        }
+    });
+}
+
+#[test]
+fn reclaim_races_with_claim_and_another_reclaimer() {
+    builder().check(|| {
+        let m = Arc::new(Mem::new(2));
+        {
+            // Slot 0: a dead process holding 7 bytes.
+            let v = m.view();
+            v.slots[0].owner.store(
+                encode(ST_LIVE, owner(95)),
+                loom::sync::atomic::Ordering::SeqCst,
+            );
+            v.header
+                .slot_high_water
+                .store(1, loom::sync::atomic::Ordering::SeqCst);
+            v.slots[0].devices[0]
+                .total
+                .store(7, loom::sync::atomic::Ordering::SeqCst);
+            v.slots[0].devices[0]
+                .data
+                .store(7, loom::sync::atomic::Ordering::SeqCst);
+        }
+        let r1 = {
+            let m = m.clone();
+            loom::thread::spawn(move || reclaim_dead(&m.view(), owner(1), &ModelEnv))
+        };
+        let r2 = {
+            let m = m.clone();
+            loom::thread::spawn(move || reclaim_dead(&m.view(), owner(2), &ModelEnv))
+        };
+        let c = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                let v = m.view();
+                let i = claim(&v, owner(3), &ModelEnv)?;
+                reserve(&v, i, 0, MemKind::Data, 5, 0, &ModelEnv).unwrap();
+                Some(i)
+            })
+        };
+        let freed = r1.join().unwrap() + r2.join().unwrap();
+        let mine = c.join().unwrap().expect("a slot is free or freed");
+        // The dead slot is freed exactly once; the claimer's bytes survive
+        // and the dead process's are gone.
+        assert_eq!(freed, 1);
+        assert_eq!(device_total(&m.view(), 0), 5);
+        let (st, o) = decode(
+            m.slots[mine]
+                .owner
+                .load(loom::sync::atomic::Ordering::SeqCst),
+        );
+        assert_eq!((st, o), (ST_LIVE, owner(3)));
+    });
+}
+
+#[test]
+fn dead_reclaimer_is_taken_over() {
+    builder().check(|| {
+        let m = Arc::new(Mem::new(1));
+        {
+            let v = m.view();
+            // A reclaimer (pid 96) died half way through clearing slot 0.
+            v.slots[0].owner.store(
+                encode(ST_RECLAIMING, owner(96)),
+                loom::sync::atomic::Ordering::SeqCst,
+            );
+            v.slots[0].devices[0]
+                .total
+                .store(9, loom::sync::atomic::Ordering::SeqCst);
+            v.header
+                .slot_high_water
+                .store(1, loom::sync::atomic::Ordering::SeqCst);
+        }
+        let hs: Vec<_> = (1..=2)
+            .map(|pid| {
+                let m = m.clone();
+                loom::thread::spawn(move || reclaim_dead(&m.view(), owner(pid), &ModelEnv))
+            })
+            .collect();
+        let freed: usize = hs.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(freed, 1);
+        assert_eq!(
+            m.slots[0].owner.load(loom::sync::atomic::Ordering::SeqCst),
+            ST_FREE
+        );
+        assert_eq!(device_total(&m.view(), 0), 0);
+    });
+}
+
+#[test]
+fn admission_never_overcommits() {
+    builder().check(|| {
+        let m = Arc::new(Mem::new(3));
+        {
+            let v = m.view();
+            for (i, pid) in [1, 2, 3].into_iter().enumerate() {
+                v.slots[i].owner.store(
+                    encode(ST_LIVE, owner(pid)),
+                    loom::sync::atomic::Ordering::SeqCst,
+                );
+            }
+            v.header
+                .slot_high_water
+                .store(3, loom::sync::atomic::Ordering::SeqCst);
+            // Slot 2 already holds 4 of the 10 allowed.
+            reserve(&v, 2, 0, MemKind::Context, 4, 10, &ModelEnv).unwrap();
+        }
+        let hs: Vec<_> = (0..2)
+            .map(|i| {
+                let m = m.clone();
+                loom::thread::spawn(move || {
+                    reserve(&m.view(), i, 0, MemKind::Data, 4, 10, &ModelEnv).is_ok()
+                })
+            })
+            .collect();
+        let wins: Vec<bool> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        // 4 + 4 + 4 > 10: never both.
+        assert!(!(wins[0] && wins[1]), "both admitted");
+        let admitted = 4 + 4 * wins.iter().filter(|w| **w).count() as u64;
+        assert_eq!(device_total(&m.view(), 0), admitted);
+    });
+}
+
+#[test]
+fn release_races_admission_without_underflow() {
+    builder().check(|| {
+        let m = Arc::new(Mem::new(2));
+        {
+            let v = m.view();
+            v.slots[0].owner.store(
+                encode(ST_LIVE, owner(1)),
+                loom::sync::atomic::Ordering::SeqCst,
+            );
+            v.slots[1].owner.store(
+                encode(ST_LIVE, owner(2)),
+                loom::sync::atomic::Ordering::SeqCst,
+            );
+            v.header
+                .slot_high_water
+                .store(2, loom::sync::atomic::Ordering::SeqCst);
+            reserve(&v, 0, 0, MemKind::Data, 6, 10, &ModelEnv).unwrap();
+        }
+        let a = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                let v = m.view();
+                // Two threads of one slot: one over-releases (clamped).
+                release(&v, 0, 0, MemKind::Data, 9, &ModelEnv)
+            })
+        };
+        let b = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                reserve(&m.view(), 0, 0, MemKind::Data, 3, 10, &ModelEnv).is_ok()
+            })
+        };
+        let rel = a.join().unwrap();
+        let won = b.join().unwrap();
+        assert_eq!(rel.clamped, rel.released < 9);
+        let v = m.view();
+        let d = &v.slots[0].devices[0];
+        let data = d.data.load(loom::sync::atomic::Ordering::SeqCst);
+        let total = d.total.load(loom::sync::atomic::Ordering::SeqCst);
+        // Whatever the order, nothing wrapped and total covers the kinds.
+        assert!(data <= 9 && total <= 9, "data {data} total {total}");
+        assert_eq!(total, data);
+        assert_eq!(data + rel.released, 6 + if won { 3 } else { 0 });
+    });
+}
