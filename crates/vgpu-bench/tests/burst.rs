@@ -265,9 +265,17 @@ fn vgpu_phase_vectors_are_monotonic_and_in_the_report() {
         region.workers_matched, 16,
         "every worker's slot found by pid"
     );
+    let w0 = &res.workers[0];
     assert_eq!(
         (region.phases_monotonic, region.phases_not_monotonic),
-        (16, 0)
+        (16, 0),
+        "worker 0: ready {} released {} entry {} init_return {} return {}; phases {:?}",
+        w0.t_ready_ns,
+        w0.t_released_ns,
+        w0.t_entry_ns,
+        w0.t_init_return_ns,
+        w0.t_return_ns,
+        w0.phases_ns
     );
     for w in &res.workers {
         let p = w.phases_ns.expect("phase vector");
@@ -334,4 +342,90 @@ fn legacy_probe_serializes_its_probe_and_finds_each_host_pid() {
         assert!(worker_pids.contains(pid));
         assert_eq!(found, pid, "the NVML diff names the probing process itself");
     }
+}
+
+/// Compile a one-function `LD_PRELOAD` library with gcc.
+fn c_preload(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    let lib = dir.join(format!("lib{name}.so"));
+    std::fs::write(&src, body).unwrap();
+    let st = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed for {name}");
+    lib
+}
+
+#[test]
+fn driver_errors_and_hangs_are_failures_by_reason() {
+    let sim = sim("zero");
+    let dir = tempfile::tempdir().unwrap();
+    // cuInit answering CUDA_ERROR_NO_DEVICE (100) in every worker.
+    let lib = c_preload(
+        dir.path(),
+        "nodev",
+        "int cuInit(unsigned f) { (void)f; return 100; }\n",
+    );
+    let res = harness::run(&cfg(
+        Mode::Preload {
+            label: "nodev".into(),
+            lib,
+        },
+        4,
+        &sim,
+    ))
+    .expect("run");
+    assert_eq!((res.summary.ok, res.summary.failed), (0, 4));
+    assert_eq!(
+        res.summary.failures.get("cuInit CUDA_ERROR_NO_DEVICE"),
+        Some(&4),
+        "{:?}",
+        res.summary.failures
+    );
+    assert_eq!(
+        res.summary.p99_ms, None,
+        "no successful worker, no percentile"
+    );
+    assert!(res
+        .workers
+        .iter()
+        .all(|w| w.init_result == Some(100) && w.exit_code == Some(3)));
+    // One worker (whichever wins the token file) hangs in cuInit: killed at
+    // the deadline and reported; the others still count.
+    let hang = c_preload(
+        dir.path(),
+        "hang",
+        "#include <fcntl.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         int cuInit(unsigned f) { (void)f; const char *p = getenv(\"HANG_TOKEN\");\n\
+         if (p && open(p, O_CREAT | O_EXCL | O_WRONLY, 0600) >= 0) for (;;) pause();\n\
+         return 0; }\n",
+    );
+    let mut c = cfg(
+        Mode::Preload {
+            label: "hang".into(),
+            lib: hang,
+        },
+        4,
+        &sim,
+    );
+    c.env.push((
+        "HANG_TOKEN".into(),
+        dir.path().join("token").display().to_string(),
+    ));
+    c.timeout = Duration::from_secs(3);
+    let res = harness::run(&c).expect("run");
+    assert_eq!(
+        (res.summary.ok, res.summary.failed),
+        (3, 1),
+        "{:?}",
+        res.summary.failures
+    );
+    assert_eq!(res.summary.failures.get("timeout (killed)"), Some(&1));
+    let hung: Vec<_> = res.workers.iter().filter(|w| !w.ok).collect();
+    assert_eq!(hung[0].state, "entered");
+    assert_eq!(hung[0].signal, Some(libc::SIGKILL));
+    assert_eq!(res.summary.p99_ms.map(|_| ()), Some(()));
 }
