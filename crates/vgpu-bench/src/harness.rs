@@ -455,7 +455,13 @@ fn attach_region(
         *c.by_identity_tier
             .entry(t.identity_tier.clone())
             .or_default() += 1;
+        *c.by_identity_state
+            .entry(t.identity_state.clone())
+            .or_default() += 1;
         c.fallbacks += t.fallbacks;
+        for (k, n) in &t.fallback_kinds {
+            *c.fallback_kinds.entry(k.clone()).or_default() += n;
+        }
         c.post_init_waits += t.post_init_waits;
         r.phases_ns = Some(t.phases);
         r.identity_tier = Some(t.identity_tier.clone());

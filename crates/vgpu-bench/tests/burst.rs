@@ -297,6 +297,11 @@ fn vgpu_phase_vectors_are_monotonic_and_in_the_report() {
         assert!(text.contains(seg), "report lacks {seg:?}:\n{text}");
     }
     assert!(text.contains("phase vectors monotonic 16/16"), "{text}");
+    assert!(text.contains("identity state: "), "{text}");
+    assert!(
+        !text.contains("identity state: -"),
+        "identity states counted:\n{text}"
+    );
 }
 
 #[test]
