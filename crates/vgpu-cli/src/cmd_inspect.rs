@@ -1,9 +1,253 @@
-//! `vgpu inspect` (not built yet).
+//! `vgpu inspect <cache> [--json]`: a shared region's header, limits and
+//! live slots with their usage, identity and phase timestamps. Reads only
+//! (no reclaim, no lock); a file that is not a usable region is explained.
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct Args {}
+use vgpu_region::{Region, Snapshot};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`vgpu inspect` is not implemented yet")
+#[derive(clap::Args)]
+pub struct Args {
+    /// The region file (CUDA_DEVICE_MEMORY_SHARED_CACHE of the container).
+    pub cache: PathBuf,
+    /// Print the snapshot as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let r = match Region::open(&args.cache) {
+        Ok(r) => r,
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(": ");
+                msg.push_str(&s.to_string());
+                src = s.source();
+            }
+            eprintln!("vgpu inspect: {msg}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let snap = r.snapshot();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&snap)?);
+    } else {
+        print!("{}", render(&snap));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {} ({n})", UNITS[u])
+    }
+}
+
+fn limit(mem: u64) -> String {
+    if mem == 0 {
+        "none".into()
+    } else {
+        bytes(mem)
+    }
+}
+
+/// The human-readable report.
+pub fn render(s: &Snapshot) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let h = &s.header;
+    let _ = writeln!(o, "region {}", s.path);
+    let _ = writeln!(
+        o,
+        "  layout v{} ({}-endian), hash {:#018x}, header {} B, slot {} B, device {} B",
+        h.version, h.endianness, h.layout_hash, h.header_size, h.slot_size, h.device_size
+    );
+    let _ = writeln!(
+        o,
+        "  {} slots ({} claimed, high water {}), {} devices, file {} B, created by pid {}",
+        h.slot_count,
+        s.slots.len(),
+        s.slot_high_water,
+        h.device_count,
+        h.file_len,
+        h.creator_pid
+    );
+    let _ = writeln!(o, "devices:");
+    for d in &s.devices {
+        let sm = if d.limits.sm == 0 {
+            "none".to_string()
+        } else {
+            format!("{}%", d.limits.sm)
+        };
+        let _ = writeln!(
+            o,
+            "  [{}] {}  memory limit {}  SM limit {}  used {}  (context {}, module {}, data {})",
+            d.index,
+            if d.uuid.is_empty() { "-" } else { &d.uuid },
+            limit(d.limits.mem),
+            sm,
+            bytes(d.used),
+            d.context,
+            d.module,
+            d.data
+        );
+    }
+    let _ = writeln!(o, "slots:");
+    if s.slots.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    for sl in &s.slots {
+        let host = if sl.host_pid == 0 {
+            "?".to_string()
+        } else {
+            sl.host_pid.to_string()
+        };
+        let _ = writeln!(
+            o,
+            "  #{} {} pid {} host pid {} start {} pidns {}  identity {} {} (attempts {}, failure {}, {} ns)  run {}",
+            sl.index,
+            sl.state,
+            sl.pid,
+            host,
+            sl.start_time,
+            sl.pid_ns,
+            sl.identity.tier,
+            sl.identity.state,
+            sl.identity.attempts,
+            sl.identity.failure,
+            sl.identity.duration_ns,
+            sl.run_status
+        );
+        for d in &sl.devices {
+            let u = &d.usage;
+            if u.total == 0 && d.monitor_mem == 0 && d.monitor_sm_util == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                o,
+                "      dev {}: total {}  context {}  module {}  data {}  monitor mem {}  sm util {}%",
+                d.index, u.total, u.context, u.module, u.data, d.monitor_mem, d.monitor_sm_util
+            );
+        }
+        if let Some((_, t0)) = sl.phases.iter().min_by_key(|(_, t)| *t) {
+            let list: Vec<String> = sl
+                .phases
+                .iter()
+                .map(|(n, t)| format!("{n} +{}us", (t - t0) / 1000))
+                .collect();
+            let _ = writeln!(o, "      phases (from {t0} ns): {}", list.join(", "));
+        }
+        if !sl.fallbacks.is_empty() {
+            let list: Vec<String> = sl
+                .fallbacks
+                .iter()
+                .map(|(n, c)| format!("{n}={c}"))
+                .collect();
+            let _ = writeln!(o, "      fallbacks: {}", list.join(", "));
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A private directory removed on drop (the CLI crate has no tempfile).
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new() -> Self {
+            let p = std::env::temp_dir().join(format!(
+                "vgpu-cli-test-{}-{}",
+                std::process::id(),
+                vgpu_region::monotonic_ns()
+            ));
+            std::fs::create_dir(&p).unwrap();
+            TempDir(p)
+        }
+        fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    use vgpu_region::*;
+
+    #[test]
+    fn shows_what_a_live_process_wrote() {
+        let dir = TempDir::new();
+        let p = dir.path().join("cache");
+        let (r, _) = Region::open_or_create(
+            &p,
+            &CreateOptions {
+                slots: 8,
+                devices: vec![DeviceConfig {
+                    uuid: "GPU-inspect-0".into(),
+                    mem_limit: 4096 << 20,
+                    sm_limit: 40,
+                }],
+            },
+        )
+        .unwrap();
+        let s = r.register().unwrap();
+        r.reserve(s, 0, MemKind::Data, 3 << 20).unwrap();
+        r.reserve(s, 0, MemKind::Context, 1 << 20).unwrap();
+        let slot = r.slot(s);
+        slot.set_host_pid(424242);
+        slot.set_identity(IdentityTier::Broker, IdentityState::Resolved, 2, 0, 1500);
+        slot.set_phase(Phase::WrapperEnter, 1_000_000);
+        slot.set_phase(Phase::WrapperExit, 3_000_000);
+        slot.bump_fallback(Fallback::BadSetting);
+        // A second mapping, as `vgpu inspect` would open it.
+        let snap = Region::open(&p).unwrap().snapshot();
+        let out = render(&snap);
+        let pid = std::process::id().to_string();
+        for want in [
+            "GPU-inspect-0",
+            "memory limit 4.0 GiB",
+            "SM limit 40%",
+            "used 4.0 MiB",
+            &format!("pid {pid} host pid 424242"),
+            "identity Broker Resolved (attempts 2",
+            "data 3145728",
+            "context 1048576",
+            "WrapperEnter +0us",
+            "WrapperExit +2000us",
+            "BadSetting=1",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
+        let json: serde_json::Value = serde_json::to_value(&snap).unwrap();
+        assert_eq!(json["slots"][0]["host_pid"], 424242);
+        assert_eq!(json["slots"][0]["devices"][0]["usage"]["data"], 3 << 20);
+        assert_eq!(json["devices"][0]["limits"]["mem"], 4096u64 << 20);
+    }
+
+    #[test]
+    fn refused_file_is_explained_not_touched() {
+        let dir = TempDir::new();
+        let p = dir.path().join("cache");
+        std::fs::write(&p, b"definitely not a region").unwrap();
+        let code = run(Args {
+            cache: p.clone(),
+            json: false,
+        })
+        .unwrap();
+        assert_eq!(code, ExitCode::from(1));
+        assert_eq!(std::fs::read(&p).unwrap(), b"definitely not a region");
+    }
 }
