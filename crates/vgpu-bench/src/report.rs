@@ -346,9 +346,12 @@ fn comparison(rep: &SweepReport, o: &mut String) {
     }
 }
 
-/// Pretty JSON of the whole report.
+/// JSON of the whole report (compact, one line).
 pub fn json(rep: &SweepReport) -> String {
-    serde_json::to_string_pretty(rep).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    // Compact: a sweep holds thousands of raw worker records.
+    let mut s = serde_json::to_string(rep).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    s.push('\n');
+    s
 }
 
 /// One CSV line per worker of every run.
