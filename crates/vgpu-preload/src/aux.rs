@@ -25,6 +25,7 @@ pub struct CudaAux {
     ctx_dev: Option<CtxGetDevice>,
     pool_attr: Option<PoolGetAttr>,
     mem_pool: Option<DevGetPool>,
+    default_pool: Option<DevGetPool>,
 }
 
 pub struct NvmlAux {
@@ -58,6 +59,7 @@ pub fn cuda() -> Option<&'static CudaAux> {
         ctx_dev: sym(Lib::Cuda, c"cuCtxGetDevice"),
         pool_attr: sym(Lib::Cuda, c"cuMemPoolGetAttribute"),
         mem_pool: sym(Lib::Cuda, c"cuDeviceGetMemPool"),
+        default_pool: sym(Lib::Cuda, c"cuDeviceGetDefaultMemPool"),
     }))
 }
 
@@ -131,7 +133,7 @@ impl CudaAux {
 
     /// The current pool of device `dev` (what `cuMemAllocAsync` draws from).
     pub fn current_pool(&self, dev: u32) -> Option<CUmemoryPool> {
-        let f = self.mem_pool?;
+        let f = self.mem_pool.or(self.default_pool)?;
         let mut p = CUmemoryPool::NULL;
         // SAFETY: `p` is a valid out-parameter.
         let r = unsafe { f(&mut p, dev as CUdevice) };
