@@ -111,7 +111,7 @@ pub struct Vmm {
     pub released: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct KernelNode {
     pub func: u64,
     pub grid: [u32; 3],
@@ -215,7 +215,7 @@ pub fn machine_err(e: MachineError) -> CUresult {
         MachineError::NoDevice(_) => CUresult::CUDA_ERROR_INVALID_DEVICE,
         MachineError::Released => CUresult::CUDA_ERROR_DEINITIALIZED,
         other => {
-            log::log(log::ERROR, &format!("{}", chain(&other)));
+            log::log(log::ERROR, &chain(&other));
             CUresult::CUDA_ERROR_UNKNOWN
         }
     }
@@ -258,8 +258,10 @@ pub fn init(flags: u32) -> R {
     };
     spend(m.header().init_ns);
     let n = m.device_count();
-    let mut inner = Inner::default();
-    inner.primaries = (0..n).map(|_| Primary::default()).collect();
+    let inner = Inner {
+        primaries: (0..n).map(|_| Primary::default()).collect(),
+        ..Inner::default()
+    };
     let _ = DRIVER.set(Arc::new(Driver {
         m,
         inner: Mutex::new(inner),
@@ -741,7 +743,7 @@ impl Driver {
     // ---- VMM ----
 
     pub fn vmm_create(&self, size: u64, loc_type: u32, loc_id: i32, alloc_type: u32) -> R<u64> {
-        if alloc_type != 1 || loc_type != 1 || size == 0 || size % GRANULARITY != 0 {
+        if alloc_type != 1 || loc_type != 1 || size == 0 || !size.is_multiple_of(GRANULARITY) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let dev = self
@@ -780,7 +782,10 @@ impl Driver {
     }
 
     pub fn va_reserve(&self, size: u64, align: u64) -> R<u64> {
-        if size == 0 || size % GRANULARITY != 0 || (align != 0 && !align.is_power_of_two()) {
+        if size == 0
+            || !size.is_multiple_of(GRANULARITY)
+            || (align != 0 && !align.is_power_of_two())
+        {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let mut g = self.lock();
@@ -965,16 +970,13 @@ impl Driver {
     /// Queue a launch of `f` on `stream` (`per_thread`: the per-thread
     /// default stream for handle 0). `max_blocks` caps the grid
     /// (cooperative launches).
-    pub fn launch(
-        &self,
-        f: u64,
-        grid: [u32; 3],
-        block: [u32; 3],
-        stream: u64,
-        per_thread: bool,
-        param_ns: Option<u64>,
-        cooperative: bool,
-    ) -> R {
+    pub fn launch(&self, k: &KernelNode, stream: u64, per_thread: bool, cooperative: bool) -> R {
+        let KernelNode {
+            func: f,
+            grid,
+            block,
+            param_ns,
+        } = *k;
         if grid.contains(&0) || block.contains(&0) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
@@ -1227,9 +1229,7 @@ impl Driver {
             .cloned()
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         for n in nodes {
-            self.launch(
-                n.func, n.grid, n.block, stream, per_thread, n.param_ns, false,
-            )?;
+            self.launch(&n, stream, per_thread, false)?;
         }
         Ok(())
     }

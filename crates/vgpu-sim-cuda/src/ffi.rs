@@ -384,7 +384,13 @@ unsafe fn launch_kernel(
     let fid = h(f.0);
     // SAFETY: `params` is the launch's kernelParams array (C contract).
     let t = unsafe { time_param(fid, params) }?;
-    d.launch(fid, grid, block, h(stream.0), pt, t, cooperative)
+    let k = KernelNode {
+        func: fid,
+        grid,
+        block,
+        param_ns: t,
+    };
+    d.launch(&k, h(stream.0), pt, cooperative)
 }
 
 unsafe fn launch_kernel_ex(

@@ -163,7 +163,7 @@ impl State {
             path: p.clone(),
             source,
         })?;
-        let state = State { map, _file: file };
+        let mut state = State { map, _file: file };
         {
             let h = state.header_mut_init();
             h.magic = MAGIC;
@@ -267,14 +267,14 @@ impl State {
         unsafe { self.map.as_mut_ptr().add(off).cast::<T>() }
     }
 
-    fn header_mut_init(&self) -> &mut Header {
+    fn header_mut_init(&mut self) -> &mut Header {
         // SAFETY: only called by `create` before the file is renamed into
         // place, so no other process maps it yet and this is the only
         // reference; the header is in bounds and aligned.
         unsafe { &mut *self.ptr_at::<Header>(0) }
     }
 
-    fn device_mut_init(&self, i: usize) -> &mut DeviceRec {
+    fn device_mut_init(&mut self, i: usize) -> &mut DeviceRec {
         assert!(i < MAX_DEVICES);
         // SAFETY: as `header_mut_init`: the file is private to its creator
         // until renamed; the record is in bounds and aligned.

@@ -1,1 +1,353 @@
-fn main() {}
+//! `vgpu-sim-probe`: a tiny client of the simulated driver for tests. It
+//! loads `libcuda.so.1` / `libnvidia-ml.so.1` with dlopen (found through
+//! `LD_LIBRARY_PATH`, as `SimHandle::env()` sets it) and runs its arguments
+//! as a script of steps, printing one line per observation:
+//!
+//! ```text
+//! init                      cuInit(0)
+//! retain D | release D      primary context of device D (retain makes it current)
+//! ctx D                     cuCtxCreate_v2 on device D
+//! alloc MIB                 cuMemAlloc_v2 (prints `alloc ok` / `alloc err CODE`)
+//! launch BLOCK_US GRID MS   back-to-back launches for MS ms, then synchronize
+//! pid                       print `pid <getpid()>` (the pid in this namespace)
+//! ready                     print `ready`
+//! wait                      block until a line (or EOF) arrives on stdin
+//! sleep MS
+//! nvml-procs D              print `proc <pid> <bytes>` per compute process
+//! nvml-util D               print `util <gpu%>` and `putil <pid> <sm%>` lines
+//! ```
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+mod ffi {
+    //! The dlopen'd C entry points.
+    use std::ffi::{c_char, c_int, c_uint, c_void};
+
+    use libloading::{Library, Symbol};
+    use vgpu_cuda_abi::*;
+
+    pub struct Cuda {
+        lib: Library,
+    }
+
+    pub struct Nvml {
+        lib: Library,
+    }
+
+    pub type Res<T> = Result<T, String>;
+
+    fn check(r: CUresult, what: &str) -> Res<()> {
+        if r.is_success() {
+            Ok(())
+        } else {
+            Err(format!("{what}: {r:?}"))
+        }
+    }
+
+    impl Cuda {
+        pub fn load() -> Res<Cuda> {
+            // SAFETY: loading the simulated driver runs no constructors that
+            // depend on our state (it has none).
+            let lib = unsafe { Library::new("libcuda.so.1") }
+                .map_err(|e| format!("dlopen libcuda.so.1: {e}"))?;
+            Ok(Cuda { lib })
+        }
+
+        fn sym<T>(&self, name: &[u8]) -> Res<Symbol<'_, T>> {
+            // SAFETY: each caller names a cuda.h entry and gives its exact
+            // C signature as `T`.
+            unsafe { self.lib.get::<T>(name) }.map_err(|e| format!("dlsym: {e}"))
+        }
+
+        pub fn init(&self) -> Res<()> {
+            let f = self.sym::<unsafe extern "C" fn(c_uint) -> CUresult>(b"cuInit")?;
+            // SAFETY: cuInit(unsigned int) per cuda.h.
+            check(unsafe { f(0) }, "cuInit")
+        }
+
+        pub fn retain(&self, dev: c_int) -> Res<CUcontext> {
+            let f = self.sym::<unsafe extern "C" fn(*mut CUcontext, c_int) -> CUresult>(
+                b"cuDevicePrimaryCtxRetain",
+            )?;
+            let set =
+                self.sym::<unsafe extern "C" fn(CUcontext) -> CUresult>(b"cuCtxSetCurrent")?;
+            let mut c = CUcontext::NULL;
+            // SAFETY: out-pointer to a local; signature per cuda.h.
+            check(unsafe { f(&mut c, dev) }, "cuDevicePrimaryCtxRetain")?;
+            // SAFETY: a context the driver just gave us.
+            check(unsafe { set(c) }, "cuCtxSetCurrent")?;
+            Ok(c)
+        }
+
+        pub fn release(&self, dev: c_int) -> Res<()> {
+            let f = self
+                .sym::<unsafe extern "C" fn(c_int) -> CUresult>(b"cuDevicePrimaryCtxRelease_v2")?;
+            // SAFETY: signature per cuda.h.
+            check(unsafe { f(dev) }, "cuDevicePrimaryCtxRelease_v2")
+        }
+
+        pub fn ctx_create(&self, dev: c_int) -> Res<()> {
+            let f = self.sym::<unsafe extern "C" fn(*mut CUcontext, c_uint, c_int) -> CUresult>(
+                b"cuCtxCreate_v2",
+            )?;
+            let mut c = CUcontext::NULL;
+            // SAFETY: out-pointer to a local; signature per cuda.h.
+            check(unsafe { f(&mut c, 0, dev) }, "cuCtxCreate_v2")
+        }
+
+        pub fn alloc(&self, bytes: usize) -> Res<CUresult> {
+            let f = self.sym::<unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult>(
+                b"cuMemAlloc_v2",
+            )?;
+            let mut p: CUdeviceptr = 0;
+            // SAFETY: out-pointer to a local; signature per cuda.h.
+            Ok(unsafe { f(&mut p, bytes) })
+        }
+
+        /// Launch back-to-back for `ms`; returns the launch count.
+        pub fn launch_for(&self, block_us: u64, grid: u32, ms: u64) -> Res<u64> {
+            let load = self.sym::<unsafe extern "C" fn(*mut CUmodule, *const c_void) -> CUresult>(
+                b"cuModuleLoadData",
+            )?;
+            let getf = self.sym::<unsafe extern "C" fn(
+                *mut CUfunction,
+                CUmodule,
+                *const c_char,
+            ) -> CUresult>(b"cuModuleGetFunction")?;
+            type Launch = unsafe extern "C" fn(
+                CUfunction,
+                c_uint,
+                c_uint,
+                c_uint,
+                c_uint,
+                c_uint,
+                c_uint,
+                c_uint,
+                CUstream,
+                *mut *mut c_void,
+                *mut *mut c_void,
+            ) -> CUresult;
+            let launch = self.sym::<Launch>(b"cuLaunchKernel")?;
+            let sync = self.sym::<unsafe extern "C" fn() -> CUresult>(b"cuCtxSynchronize")?;
+            let image = format!("vgpu-sim-kernel name=busy block_us={block_us}\0");
+            let mut m = CUmodule::NULL;
+            // SAFETY: NUL-terminated text image; out-pointer to a local.
+            check(
+                unsafe { load(&mut m, image.as_ptr().cast()) },
+                "cuModuleLoadData",
+            )?;
+            let mut f = CUfunction::NULL;
+            // SAFETY: a module we loaded; NUL-terminated name; local out-pointer.
+            check(
+                unsafe { getf(&mut f, m, c"busy".as_ptr()) },
+                "cuModuleGetFunction",
+            )?;
+            let start = std::time::Instant::now();
+            let mut n = 0;
+            while start.elapsed().as_millis() < u128::from(ms) {
+                let null = std::ptr::null_mut();
+                // SAFETY: a function we resolved; no kernel parameters.
+                let r = unsafe { launch(f, grid, 1, 1, 1, 1, 1, 0, CUstream::NULL, null, null) };
+                check(r, "cuLaunchKernel")?;
+                n += 1;
+            }
+            // SAFETY: no arguments.
+            check(unsafe { sync() }, "cuCtxSynchronize")?;
+            Ok(n)
+        }
+    }
+
+    fn nv(r: nvmlReturn_t, what: &str) -> Res<()> {
+        if r.is_success() {
+            Ok(())
+        } else {
+            Err(format!("{what}: {r:?}"))
+        }
+    }
+
+    impl Nvml {
+        pub fn load() -> Res<Nvml> {
+            // SAFETY: as for libcuda: no constructors that matter.
+            let lib = unsafe { Library::new("libnvidia-ml.so.1") }
+                .map_err(|e| format!("dlopen libnvidia-ml.so.1: {e}"))?;
+            let n = Nvml { lib };
+            let init = n.sym::<unsafe extern "C" fn() -> nvmlReturn_t>(b"nvmlInit_v2")?;
+            // SAFETY: nvmlInit_v2(void) per nvml.h.
+            nv(unsafe { init() }, "nvmlInit_v2")?;
+            Ok(n)
+        }
+
+        fn sym<T>(&self, name: &[u8]) -> Res<Symbol<'_, T>> {
+            // SAFETY: each caller names an nvml.h entry with its exact C
+            // signature as `T`.
+            unsafe { self.lib.get::<T>(name) }.map_err(|e| format!("dlsym: {e}"))
+        }
+
+        fn device(&self, i: u32) -> Res<nvmlDevice_t> {
+            let f = self.sym::<unsafe extern "C" fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t>(
+                b"nvmlDeviceGetHandleByIndex_v2",
+            )?;
+            let mut h = nvmlDevice_t(std::ptr::null_mut());
+            // SAFETY: local out-pointer; signature per nvml.h.
+            nv(unsafe { f(i, &mut h) }, "nvmlDeviceGetHandleByIndex_v2")?;
+            Ok(h)
+        }
+
+        pub fn procs(&self, dev: u32) -> Res<Vec<(u32, u64)>> {
+            let h = self.device(dev)?;
+            type F = unsafe extern "C" fn(
+                nvmlDevice_t,
+                *mut c_uint,
+                *mut nvmlProcessInfo_t,
+            ) -> nvmlReturn_t;
+            let f = self.sym::<F>(b"nvmlDeviceGetComputeRunningProcesses_v3")?;
+            let mut buf = vec![nvmlProcessInfo_t::default(); 256];
+            let mut n = buf.len() as c_uint;
+            // SAFETY: `buf` holds `n` elements; signature per nvml.h.
+            nv(
+                unsafe { f(h, &mut n, buf.as_mut_ptr()) },
+                "nvmlDeviceGetComputeRunningProcesses_v3",
+            )?;
+            Ok(buf[..n as usize]
+                .iter()
+                .map(|p| (p.pid, p.usedGpuMemory))
+                .collect())
+        }
+
+        pub fn util(&self, dev: u32) -> Res<(u32, Vec<(u32, u32)>)> {
+            let h = self.device(dev)?;
+            let f = self
+                .sym::<unsafe extern "C" fn(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t>(
+                    b"nvmlDeviceGetUtilizationRates",
+                )?;
+            let mut u = nvmlUtilization_t::default();
+            // SAFETY: local out-pointer; signature per nvml.h.
+            nv(unsafe { f(h, &mut u) }, "nvmlDeviceGetUtilizationRates")?;
+            type P = unsafe extern "C" fn(
+                nvmlDevice_t,
+                *mut nvmlProcessUtilizationSample_t,
+                *mut c_uint,
+                u64,
+            ) -> nvmlReturn_t;
+            let p = self.sym::<P>(b"nvmlDeviceGetProcessUtilization")?;
+            let mut buf = vec![nvmlProcessUtilizationSample_t::default(); 256];
+            let mut n = buf.len() as c_uint;
+            // SAFETY: `buf` holds `n` elements; signature per nvml.h.
+            let r = unsafe { p(h, buf.as_mut_ptr(), &mut n, 0) };
+            if r == nvmlReturn_t::NVML_ERROR_NOT_FOUND {
+                n = 0;
+            } else {
+                nv(r, "nvmlDeviceGetProcessUtilization")?;
+            }
+            Ok((
+                u.gpu,
+                buf[..n as usize]
+                    .iter()
+                    .map(|s| (s.pid, s.smUtil))
+                    .collect(),
+            ))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("error {e}");
+            eprintln!("vgpu-sim-probe: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn num<T: std::str::FromStr>(a: Option<String>, what: &str) -> Result<T, String> {
+    a.as_deref()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{what}: expected a number"))
+}
+
+fn run() -> Result<(), String> {
+    let mut cuda = None;
+    let mut nvml = None;
+    let mut args = std::env::args().skip(1);
+    let out = std::io::stdout();
+    while let Some(step) = args.next() {
+        let cu = |c: &mut Option<ffi::Cuda>| -> Result<(), String> {
+            if c.is_none() {
+                *c = Some(ffi::Cuda::load()?);
+            }
+            Ok(())
+        };
+        match step.as_str() {
+            "init" => {
+                cu(&mut cuda)?;
+                cuda.as_ref().expect("loaded").init()?;
+            }
+            "retain" => {
+                let d = num(args.next(), "retain D")?;
+                cuda.as_ref().ok_or("init first")?.retain(d)?;
+            }
+            "release" => {
+                let d = num(args.next(), "release D")?;
+                cuda.as_ref().ok_or("init first")?.release(d)?;
+            }
+            "ctx" => {
+                let d = num(args.next(), "ctx D")?;
+                cuda.as_ref().ok_or("init first")?.ctx_create(d)?;
+            }
+            "alloc" => {
+                let mib: usize = num(args.next(), "alloc MIB")?;
+                let r = cuda.as_ref().ok_or("init first")?.alloc(mib << 20)?;
+                if r.is_success() {
+                    println!("alloc ok");
+                } else {
+                    println!("alloc err {}", r.0);
+                }
+            }
+            "launch" => {
+                let us = num(args.next(), "launch BLOCK_US")?;
+                let grid = num(args.next(), "launch GRID")?;
+                let ms = num(args.next(), "launch MS")?;
+                let n = cuda
+                    .as_ref()
+                    .ok_or("init first")?
+                    .launch_for(us, grid, ms)?;
+                println!("launched {n}");
+            }
+            "pid" => println!("pid {}", std::process::id()),
+            "ready" => println!("ready"),
+            "wait" => {
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+            }
+            "sleep" => std::thread::sleep(Duration::from_millis(num(args.next(), "sleep MS")?)),
+            "nvml-procs" => {
+                if nvml.is_none() {
+                    nvml = Some(ffi::Nvml::load()?);
+                }
+                let d = num(args.next(), "nvml-procs D")?;
+                let t = Instant::now();
+                for (pid, mem) in nvml.as_ref().expect("loaded").procs(d)? {
+                    println!("proc {pid} {mem}");
+                }
+                println!("snapshot_us {}", t.elapsed().as_micros());
+            }
+            "nvml-util" => {
+                if nvml.is_none() {
+                    nvml = Some(ffi::Nvml::load()?);
+                }
+                let d = num(args.next(), "nvml-util D")?;
+                let (gpu, per) = nvml.as_ref().expect("loaded").util(d)?;
+                println!("util {gpu}");
+                for (pid, sm) in per {
+                    println!("putil {pid} {sm}");
+                }
+            }
+            other => return Err(format!("unknown step `{other}`")),
+        }
+        let _ = out.lock().flush();
+    }
+    Ok(())
+}

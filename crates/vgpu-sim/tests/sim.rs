@@ -1,0 +1,462 @@
+//! The simulated machine with real processes: the simulated libcuda /
+//! libnvidia-ml loaded by `vgpu-sim-probe` processes against a private
+//! `SimHandle`. Waits poll with generous deadlines; nothing asserts a
+//! duration.
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vgpu_sim::{SimHandle, SimOptions};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_vgpu-sim-probe");
+const MIB: u64 = 1 << 20;
+
+struct Probe {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl Probe {
+    fn spawn(sim: &SimHandle, prefix: &[&str], steps: &[&str]) -> Probe {
+        let mut cmd = match prefix.split_first() {
+            Some((p, rest)) => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(PROBE);
+                c
+            }
+            None => Command::new(PROBE),
+        };
+        cmd.args(steps)
+            .envs(sim.env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn probe");
+        let out = BufReader::new(child.stdout.take().expect("stdout"));
+        Probe { child, out }
+    }
+
+    /// Read lines until one starts with `want`; panics on `error` or EOF.
+    fn expect(&mut self, want: &str) -> String {
+        loop {
+            let mut l = String::new();
+            let n = self.out.read_line(&mut l).expect("read probe");
+            assert!(n > 0, "probe exited before `{want}`");
+            let l = l.trim().to_string();
+            assert!(!l.starts_with("error"), "probe failed: {l}");
+            if l.starts_with(want) {
+                return l;
+            }
+        }
+    }
+
+    /// End one `wait` step.
+    fn next(&mut self) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin
+            .write_all(b"\n")
+            .and_then(|()| stdin.flush())
+            .expect("write probe");
+    }
+
+    /// Close stdin (ends every `wait` step) and reap.
+    fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.child.stdin.take());
+        self.child.wait().expect("wait probe")
+    }
+}
+
+/// Run a probe to completion and return its stdout lines.
+fn run(sim: &SimHandle, steps: &[&str]) -> Vec<String> {
+    let out = Command::new(PROBE)
+        .args(steps)
+        .envs(sim.env())
+        .output()
+        .expect("run probe");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "probe {steps:?} failed: {text}");
+    text.lines().map(str::to_string).collect()
+}
+
+fn nvml_procs(sim: &SimHandle) -> HashMap<u32, u64> {
+    run(sim, &["nvml-procs", "0"])
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("proc ")?.split(' ');
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The pid of the only child of `pid` (unshare's forked worker).
+fn only_child(pid: u32) -> u32 {
+    let mut found = None;
+    wait_until("unshare's child", || {
+        let p = format!("/proc/{pid}/task/{pid}/children");
+        found = std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|c| c.parse().ok()));
+        found.is_some()
+    });
+    found.expect("child")
+}
+
+fn have_unshare() -> bool {
+    Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn nvml_lists_host_pids_and_a_killed_process_is_released() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let mut a = Probe::spawn(
+        &sim,
+        &[],
+        &["init", "retain", "0", "alloc", "512", "ready", "wait"],
+    );
+    a.expect("alloc ok");
+    a.expect("ready");
+    let ns = have_unshare();
+    let prefix: &[&str] = if ns {
+        &["unshare", "--pid", "--fork", "--mount-proc"]
+    } else {
+        &[]
+    };
+    if !ns {
+        eprintln!("unshare --pid unavailable: worker B runs in this namespace");
+    }
+    let mut b = Probe::spawn(
+        &sim,
+        prefix,
+        &[
+            "init", "retain", "0", "alloc", "1024", "pid", "ready", "wait",
+        ],
+    );
+    b.expect("alloc ok");
+    let inner: u32 = b.expect("pid").trim_start_matches("pid ").parse().unwrap();
+    b.expect("ready");
+    let b_host = if ns {
+        only_child(b.child.id())
+    } else {
+        b.child.id()
+    };
+    if ns {
+        assert_eq!(inner, 1, "worker B sees itself as pid 1 in its namespace");
+    }
+    let procs = nvml_procs(&sim);
+    assert_eq!(
+        procs.len(),
+        2,
+        "NVML lists exactly the two workers: {procs:?}"
+    );
+    assert_eq!(
+        procs.get(&a.child.id()),
+        Some(&(512 * MIB)),
+        "A under its host pid: {procs:?}"
+    );
+    assert_eq!(
+        procs.get(&b_host),
+        Some(&(1024 * MIB)),
+        "B under its host pid {b_host}: {procs:?}"
+    );
+    let state = sim.state().unwrap();
+    assert_eq!(state.used_bytes(0), 1536 * MIB);
+
+    // SIGKILL B: the daemon sees it die and releases its memory and context.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(b_host as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let _ = b.finish();
+    wait_until("B's record to be released", || {
+        state.used_bytes(0) == 512 * MIB
+    });
+    let procs = nvml_procs(&sim);
+    assert_eq!(procs.len(), 1, "only A is left: {procs:?}");
+    assert_eq!(procs.get(&a.child.id()), Some(&(512 * MIB)));
+
+    // A exits without freeing: released as a driver releases at teardown.
+    assert!(a.finish().success());
+    wait_until("A's record to be released", || state.used_bytes(0) == 0);
+    assert!(nvml_procs(&sim).is_empty());
+}
+
+#[test]
+fn a_process_is_listed_only_while_it_holds_a_context() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init", "ready", "wait", "retain", "0", "alloc", "64", "ready", "wait", "release", "0",
+            "ready", "wait",
+        ],
+    );
+    let pid = p.child.id();
+    p.expect("ready");
+    assert!(!nvml_procs(&sim).contains_key(&pid), "no context yet");
+    p.next();
+    p.expect("ready");
+    assert_eq!(nvml_procs(&sim).get(&pid), Some(&(64 * MIB)));
+    p.next();
+    p.expect("ready");
+    // Releasing the primary context destroys it and frees its memory.
+    assert!(
+        !nvml_procs(&sim).contains_key(&pid),
+        "listed after its last release"
+    );
+    assert_eq!(sim.state().unwrap().used_bytes(0), 0);
+    assert!(p.finish().success());
+}
+
+#[test]
+fn memory_is_accounted_across_processes() {
+    let sim = SimHandle::start(SimOptions::from_toml("[device]\nmemory = \"1GiB\"\n").unwrap())
+        .expect("sim");
+    let mut a = Probe::spawn(
+        &sim,
+        &[],
+        &["init", "retain", "0", "alloc", "700", "ready", "wait"],
+    );
+    a.expect("alloc ok");
+    a.expect("ready");
+    // 700 + 400 MiB > 1 GiB: the second process is refused, 300 fits.
+    let lines = run(
+        &sim,
+        &["init", "retain", "0", "alloc", "400", "alloc", "300"],
+    );
+    assert_eq!(
+        lines,
+        vec!["alloc err 2".to_string(), "alloc ok".to_string()]
+    );
+    assert!(a.finish().success());
+}
+
+#[test]
+fn cold_retains_never_overlap_when_the_driver_serializes() {
+    let sim = SimHandle::start(SimOptions::profile("a100-burst").unwrap()).expect("sim");
+    let probes: Vec<Probe> = (0..8)
+        .map(|_| Probe::spawn(&sim, &[], &["init", "retain", "0", "release", "0"]))
+        .collect();
+    let pids: Vec<u32> = probes.iter().map(|p| p.child.id()).collect();
+    for p in probes {
+        assert!(p.finish().success());
+    }
+    let mut r = sim.state().unwrap().retains();
+    assert_eq!(r.len(), 8, "one cold retain per process: {r:?}");
+    let mut seen: Vec<u32> = r.iter().map(|x| x.0).collect();
+    seen.sort_unstable();
+    let mut want = pids.clone();
+    want.sort_unstable();
+    assert_eq!(seen, want, "recorded under each process's host pid");
+    r.sort_by_key(|x| x.2);
+    for w in r.windows(2) {
+        assert!(
+            w[0].3 <= w[1].2,
+            "cold retains overlap: {:?} and {:?}",
+            w[0],
+            w[1]
+        );
+        assert!(w[0].3 > w[0].2, "a cold retain takes time under a100-burst");
+    }
+}
+
+#[test]
+fn cold_retains_without_serialization_are_still_recorded() {
+    let toml = "profile = \"a100-burst\"\n[cost]\nserialize_context_creation = false\n";
+    let sim = SimHandle::start(SimOptions::from_toml(toml).unwrap()).expect("sim");
+    let probes: Vec<Probe> = (0..8)
+        .map(|_| Probe::spawn(&sim, &[], &["init", "retain", "0", "release", "0"]))
+        .collect();
+    for p in probes {
+        assert!(p.finish().success());
+    }
+    let mut r = sim.state().unwrap().retains();
+    assert_eq!(r.len(), 8);
+    r.sort_by_key(|x| x.2);
+    // They may overlap now (not asserted: it depends on scheduling).
+    let overlaps = r.windows(2).filter(|w| w[0].3 > w[1].2).count();
+    eprintln!("unserialized: {overlaps} of 7 neighbouring cold retains overlapped");
+}
+
+/// Busy fraction per host pid over `[from, to)` from the sim's timeline.
+fn shares(sim: &SimHandle, from: u64, to: u64) -> (f64, HashMap<u32, f64>) {
+    let st = sim.state().unwrap();
+    let span = (to - from) as f64;
+    let mut per = HashMap::new();
+    let mut total = 0.0;
+    for (pid, s, e) in st.kernels(0, from, to) {
+        let b = (e.min(to) - s.max(from)) as f64 / span;
+        total += b;
+        *per.entry(pid).or_insert(0.0) += b;
+    }
+    (total, per)
+}
+
+fn util_sim() -> SimHandle {
+    // A short NVML window and a deep enough queue that a briefly
+    // descheduled launcher does not starve the device.
+    let toml = "[kernel]\nnvml_window_ms = 400\nqueue_depth = 64\n";
+    SimHandle::start(SimOptions::from_toml(toml).unwrap()).expect("sim")
+}
+
+fn nvml_util(sim: &SimHandle) -> (u32, HashMap<u32, u32>) {
+    let lines = run(sim, &["nvml-util", "0"]);
+    let gpu = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("util ")?.parse().ok())
+        .expect("util line");
+    let per = lines
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("putil ")?.split(' ');
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect();
+    (gpu, per)
+}
+
+#[test]
+fn one_busy_process_saturates_the_device() {
+    let sim = util_sim();
+    // 132 blocks of 1 ms on 132 SMs: one wave, 1 ms per launch.
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init", "retain", "0", "ready", "launch", "1000", "132", "2500",
+        ],
+    );
+    p.expect("ready");
+    std::thread::sleep(Duration::from_millis(1200));
+    let (gpu, per) = nvml_util(&sim);
+    let pid = p.child.id();
+    p.expect("launched");
+    assert!(p.finish().success());
+    eprintln!("one busy process: NVML device {gpu} %, per process {per:?}");
+    assert!((85..=100).contains(&gpu), "device utilization {gpu} %");
+    assert!(
+        per.get(&pid).is_some_and(|u| (85..=100).contains(u)),
+        "process utilization {per:?}"
+    );
+    // The recorded timeline agrees over the middle of the run.
+    let st = sim.state().unwrap();
+    let k = st.kernels(0, 0, u64::MAX);
+    let (first, last) = (
+        k.iter().map(|x| x.1).min().unwrap(),
+        k.iter().map(|x| x.2).max().unwrap(),
+    );
+    let (total, _) = shares(&sim, first + (last - first) / 4, last - (last - first) / 4);
+    assert!(total > 0.85, "timeline busy fraction {total}");
+}
+
+#[test]
+fn two_busy_processes_share_the_device_evenly() {
+    let sim = util_sim();
+    let steps = [
+        "init", "retain", "0", "ready", "launch", "1000", "132", "3000",
+    ];
+    let mut a = Probe::spawn(&sim, &[], &steps);
+    let mut b = Probe::spawn(&sim, &[], &steps);
+    a.expect("ready");
+    b.expect("ready");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (gpu, per) = nvml_util(&sim);
+    let (pa, pb) = (a.child.id(), b.child.id());
+    a.expect("launched");
+    b.expect("launched");
+    assert!(a.finish().success() && b.finish().success());
+    eprintln!("two busy processes: NVML device {gpu} %, per process {per:?}");
+    assert!((85..=100).contains(&gpu), "device utilization {gpu} %");
+    for pid in [pa, pb] {
+        let u = per.get(&pid).copied().unwrap_or(0);
+        assert!(
+            (35..=65).contains(&u),
+            "pid {pid} at {u} % (want ~50): {per:?}"
+        );
+    }
+    // From the timeline: over the span both were launching, each ~half.
+    let st = sim.state().unwrap();
+    let k = st.kernels(0, 0, u64::MAX);
+    let span = |pid: u32| {
+        let mine: Vec<_> = k.iter().filter(|x| x.0 == pid).collect();
+        (
+            mine.iter().map(|x| x.1).min().unwrap(),
+            mine.iter().map(|x| x.2).max().unwrap(),
+        )
+    };
+    let ((a0, a1), (b0, b1)) = (span(pa), span(pb));
+    let (from, to) = (a0.max(b0), a1.min(b1));
+    assert!(to > from, "both ran at once");
+    let (total, per) = shares(&sim, from, to);
+    assert!(total > 0.85, "timeline busy {total}");
+    for pid in [pa, pb] {
+        let s = per.get(&pid).copied().unwrap_or(0.0);
+        assert!((0.35..=0.65).contains(&s), "pid {pid} timeline share {s}");
+    }
+}
+
+#[test]
+fn malformed_config_is_one_clear_error_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(
+        &cfg,
+        "profile = \"a100-burst\"\n[cost]\nprimary_retain_cold_us = \"fast\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vgpu-simd"))
+        .arg("--dir")
+        .arg(dir.path().join("m"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("`cost.primary_retain_cold_us`"), "{err}");
+    assert!(err.contains("config.toml"), "names the file: {err}");
+    assert!(!dir.path().join("m").exists(), "nothing started");
+
+    std::fs::write(&cfg, "[device]\nsms = 0\n").unwrap();
+    let e = SimOptions::from_toml("[device]\nsms = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`device.sms`"), "{e}");
+}
+
+#[test]
+fn daemon_binary_serves_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    let mut d = Command::new(env!("CARGO_BIN_EXE_vgpu-simd"))
+        .arg("--dir")
+        .arg(&m)
+        .args(["--devices", "3"])
+        .spawn()
+        .unwrap();
+    wait_until("the daemon socket", || vgpu_sim::client::ping(&m).is_ok());
+    let machine = vgpu_sim::Machine::connect_dir(&m, false).unwrap();
+    assert_eq!(machine.device_count(), 3);
+    assert!(machine.device_name(0).unwrap().contains("(simulated)"));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(d.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert!(d.wait().unwrap().success());
+    assert!(!m.join("sock").exists(), "socket removed on SIGTERM");
+}
