@@ -13,7 +13,14 @@ fn every_policy_hook_through_every_route_hits_the_ledger() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("r.cache");
     let limit = 512 * MIB;
-    let env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "512m"), ("LIBVGPU_CONTEXT_MEMORY", "8m")]);
+    let env = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "512m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "8m"),
+        ],
+    );
     let out = run(&c_program("limits"), &["routes", &limit.to_string()], &env);
     assert_passed(&out);
 }
@@ -23,8 +30,19 @@ fn allocate_to_the_limit_one_byte_more_free_and_again() {
     let s = sim(1);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("r.cache");
-    let env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "256m"), ("LIBVGPU_CONTEXT_MEMORY", "0")]);
-    let out = run(&c_program("limits"), &["fill", &(256 * MIB).to_string()], &env);
+    let env = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "256m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let out = run(
+        &c_program("limits"),
+        &["fill", &(256 * MIB).to_string()],
+        &env,
+    );
     assert_passed(&out);
     // The process exited: its slot and charges are gone.
     let r = vgpu_region::Region::open(&cache).unwrap();
@@ -38,8 +56,16 @@ fn without_the_interposer_the_same_program_is_not_limited() {
     let s = sim(1);
     let mut env = s.env();
     env.push(("CUDA_DEVICE_MEMORY_LIMIT".into(), "256m".into()));
-    let out = run(&c_program("limits"), &["fill", &(256 * MIB).to_string()], &env);
-    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = run(
+        &c_program("limits"),
+        &["fill", &(256 * MIB).to_string()],
+        &env,
+    );
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -72,21 +98,31 @@ fn two_processes_sharing_one_budget_never_exceed_it() {
             let got = lines
                 .by_ref()
                 .map_while(Result::ok)
-                .find_map(|l| l.strip_prefix("grabbed=").map(|v| v.parse::<u64>().unwrap()))
+                .find_map(|l| {
+                    l.strip_prefix("grabbed=")
+                        .map(|v| v.parse::<u64>().unwrap())
+                })
                 .expect("grabbed line");
             total += got;
             readers.push(lines);
         }
         let r = vgpu_region::Region::open(&cache).unwrap();
         assert!(total <= limit, "round {round}: {total} > {limit}");
-        assert_eq!(total, limit, "round {round}: the budget is chunk-aligned, so both together fill it exactly");
+        assert_eq!(
+            total, limit,
+            "round {round}: the budget is chunk-aligned, so both together fill it exactly"
+        );
         assert_eq!(r.device_used(0), limit, "round {round}: the ledger agrees");
         assert_eq!(r.live_slots(), 2);
         for mut k in kids {
             drop(k.stdin.take());
             assert!(k.wait().unwrap().success());
         }
-        assert_eq!(r.device_used(0), 0, "round {round}: normal exit released both slots");
+        assert_eq!(
+            r.device_used(0),
+            0,
+            "round {round}: normal exit released both slots"
+        );
     }
 }
 
@@ -97,13 +133,21 @@ fn sigkilled_holder_is_reclaimed() {
     let cache = dir.path().join("r.cache");
     let r = region_at(&cache, &[256 * MIB]);
     let env = env(&s, Some(&cache), &[("LIBVGPU_CONTEXT_MEMORY", "0")]);
-    let mut k = command(&c_program("limits"), &["grab", &(64 * MIB).to_string()], &env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut k = command(
+        &c_program("limits"),
+        &["grab", &(64 * MIB).to_string()],
+        &env,
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
     k.stdin.as_mut().unwrap().write_all(b"g").unwrap();
-    let line = BufReader::new(k.stdout.take().unwrap()).lines().map_while(Result::ok).find(|l| l.starts_with("grabbed=")).unwrap();
+    let line = BufReader::new(k.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("grabbed="))
+        .unwrap();
     assert_eq!(line, format!("grabbed={}", 256 * MIB));
     assert_eq!(r.device_used(0), 256 * MIB);
     k.kill().unwrap();
@@ -111,7 +155,11 @@ fn sigkilled_holder_is_reclaimed() {
     r.reclaim_dead();
     assert_eq!(r.device_used(0), 0);
     // The budget is whole again for the next process.
-    let out = run(&c_program("limits"), &["fill", &(256 * MIB).to_string()], &env);
+    let out = run(
+        &c_program("limits"),
+        &["fill", &(256 * MIB).to_string()],
+        &env,
+    );
     assert_passed(&out);
 }
 
@@ -142,20 +190,42 @@ fn fork_after_init_child_registers_as_itself() {
     let child: u32 = f["child_pid"].parse().unwrap();
     let snap = r.snapshot();
     let live: Vec<_> = snap.slots.iter().filter(|s| s.state == "live").collect();
-    let ps = live.iter().find(|s| s.pid == parent).expect("parent's slot");
-    let cs = live.iter().find(|s| s.pid == child).expect("the child registered its own slot");
+    let ps = live
+        .iter()
+        .find(|s| s.pid == parent)
+        .expect("parent's slot");
+    let cs = live
+        .iter()
+        .find(|s| s.pid == child)
+        .expect("the child registered its own slot");
     assert_ne!(ps.index, cs.index);
-    assert_eq!(ps.devices[0].usage.data, 2 * chunk, "parent's charge stays the parent's");
-    assert_eq!(cs.devices[0].usage.data, 0, "the child starts with its own, empty accounting");
+    assert_eq!(
+        ps.devices[0].usage.data,
+        2 * chunk,
+        "parent's charge stays the parent's"
+    );
+    assert_eq!(
+        cs.devices[0].usage.data, 0,
+        "the child starts with its own, empty accounting"
+    );
     drop(k.stdin.take());
     let rest: String = lines.map_while(Result::ok).collect::<Vec<_>>().join("\n");
     let st = k.wait().unwrap();
     assert!(st.success(), "{rest}");
-    assert!(rest.contains("after the child exits the parent's charge is its own"), "{rest}");
+    assert!(
+        rest.contains("after the child exits the parent's charge is its own"),
+        "{rest}"
+    );
     // The parent exited normally: its slot was released at exit. The child
     // left with _exit (no atexit, like a crash): reclaim takes its slot.
     let snap = r.snapshot();
-    assert!(!snap.slots.iter().any(|s| s.state == "live" && s.pid == parent), "parent's slot released at exit");
+    assert!(
+        !snap
+            .slots
+            .iter()
+            .any(|s| s.state == "live" && s.pid == parent),
+        "parent's slot released at exit"
+    );
     r.reclaim_dead();
     assert_eq!(r.live_slots(), 0);
 }

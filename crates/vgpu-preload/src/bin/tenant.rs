@@ -21,6 +21,14 @@ type CUresult = c_uint;
 type CUdevice = c_int;
 type Ptr = *mut c_void;
 
+/// `println!` that ignores a closed stdout (the reader may be gone).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 struct Lib(Ptr);
 
 impl Lib {
@@ -114,7 +122,15 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 fn parse_args() -> Result<Opts, String> {
-    let mut o = Opts { mode: "run".into(), name: "tenant".into(), device: 0, chunk: 256 << 20, target: u64::MAX, hold: false, iters: 20000 };
+    let mut o = Opts {
+        mode: "run".into(),
+        name: "tenant".into(),
+        device: 0,
+        chunk: 256 << 20,
+        target: u64::MAX,
+        hold: false,
+        iters: 20000,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -140,8 +156,10 @@ fn nvml_view(device: i32) -> Result<(u32, u64, u64, u64), String> {
     let l = Lib::open(c"libnvidia-ml.so.1")?;
     let init: unsafe extern "C" fn() -> c_uint = l.sym(c"nvmlInit_v2")?;
     let count: unsafe extern "C" fn(*mut c_uint) -> c_uint = l.sym(c"nvmlDeviceGetCount_v2")?;
-    let by_index: unsafe extern "C" fn(c_uint, *mut Ptr) -> c_uint = l.sym(c"nvmlDeviceGetHandleByIndex_v2")?;
-    let mem: unsafe extern "C" fn(Ptr, *mut [u64; 3]) -> c_uint = l.sym(c"nvmlDeviceGetMemoryInfo")?;
+    let by_index: unsafe extern "C" fn(c_uint, *mut Ptr) -> c_uint =
+        l.sym(c"nvmlDeviceGetHandleByIndex_v2")?;
+    let mem: unsafe extern "C" fn(Ptr, *mut [u64; 3]) -> c_uint =
+        l.sym(c"nvmlDeviceGetMemoryInfo")?;
     let shutdown: unsafe extern "C" fn() -> c_uint = l.sym(c"nvmlShutdown")?;
     // SAFETY: NVML's documented calls with valid out-pointers.
     unsafe {
@@ -154,7 +172,9 @@ fn nvml_view(device: i32) -> Result<(u32, u64, u64, u64), String> {
         let r = by_index(device as c_uint, &mut h);
         if r != 0 {
             shutdown();
-            return Err(format!("nvmlDeviceGetHandleByIndex_v2({device}) failed: {r}"));
+            return Err(format!(
+                "nvmlDeviceGetHandleByIndex_v2({device}) failed: {r}"
+            ));
         }
         let mut m = [0u64; 3];
         let r = mem(h, &mut m);
@@ -169,7 +189,7 @@ fn nvml_view(device: i32) -> Result<(u32, u64, u64, u64), String> {
 fn run(o: &Opts) -> Result<(), String> {
     let l = Lib::open(c"libcuda.so.1")?;
     let cu = Cuda::load(&l)?;
-    let p = |k: &str, v: &dyn std::fmt::Display| println!("{}.{k}={v}", o.name);
+    let p = |k: &str, v: &dyn std::fmt::Display| say!("{}.{k}={v}", o.name);
     let mut dev: CUdevice = 0;
     let mut ctx: Ptr = std::ptr::null_mut();
     // SAFETY: the driver's documented calls with valid out-pointers.
@@ -227,7 +247,7 @@ fn run(o: &Opts) -> Result<(), String> {
         Err(e) => p("nvml.error", &e),
     }
     if o.hold {
-        println!("{}.holding=1", o.name);
+        say!("{}.holding=1", o.name);
         let mut sink = Vec::new();
         let _ = std::io::stdin().read_to_end(&mut sink);
     }
@@ -251,7 +271,19 @@ fn bench(o: &Opts) -> Result<(), String> {
     let cu = Cuda::load(&l)?;
     type Load = unsafe extern "C" fn(*mut Ptr, *const c_void) -> CUresult;
     type GetFn = unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> CUresult;
-    type Launch = unsafe extern "C" fn(Ptr, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Ptr, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+    type Launch = unsafe extern "C" fn(
+        Ptr,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        Ptr,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CUresult;
     let load: Load = l.sym(c"cuModuleLoadData")?;
     let getf: GetFn = l.sym(c"cuModuleGetFunction")?;
     let launch: Launch = l.sym(c"cuLaunchKernel")?;
@@ -267,7 +299,10 @@ fn bench(o: &Opts) -> Result<(), String> {
         check("cuDevicePrimaryCtxRetain", (cu.retain)(&mut ctx, dev))?;
         check("cuCtxSetCurrent", (cu.set_current)(ctx))?;
         check("cuModuleLoadData", load(&mut module, image.as_ptr().cast()))?;
-        check("cuModuleGetFunction", getf(&mut func, module, c"spin".as_ptr()))?;
+        check(
+            "cuModuleGetFunction",
+            getf(&mut func, module, c"spin".as_ptr()),
+        )?;
     }
     let batches = 15;
     let per = (o.iters / batches).max(1);
@@ -294,21 +329,41 @@ fn bench(o: &Opts) -> Result<(), String> {
     let launch_ns = time(&mut || {
         let mut args = [(&mut block_ns as *mut u64).cast::<c_void>()];
         // SAFETY: a valid function handle and argument array.
-        unsafe { launch(func, 1, 1, 1, 32, 1, 1, 0, std::ptr::null_mut(), args.as_mut_ptr(), std::ptr::null_mut()) };
+        unsafe {
+            launch(
+                func,
+                1,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
     });
     let info_ns = time(&mut || {
         let (mut f, mut t) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
         unsafe { (cu.info)(&mut f, &mut t) };
     });
-    println!("bench.alloc_free_ns={alloc_free:.1}");
-    println!("bench.launch_ns={launch_ns:.1}");
-    println!("bench.mem_get_info_ns={info_ns:.1}");
+    say!("bench.alloc_free_ns={alloc_free:.1}");
+    say!("bench.launch_ns={launch_ns:.1}");
+    say!("bench.mem_get_info_ns={info_ns:.1}");
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let r = parse_args().and_then(|o| if o.mode == "bench" { bench(&o) } else { run(&o) });
+    let r = parse_args().and_then(|o| {
+        if o.mode == "bench" {
+            bench(&o)
+        } else {
+            run(&o)
+        }
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -13,7 +13,8 @@ pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 
 pub fn sim(devices: u32) -> SimHandle {
-    SimHandle::start(SimOptions::default().devices(devices)).unwrap_or_else(|e| panic!("start sim: {e} ({e:?})"))
+    SimHandle::start(SimOptions::default().devices(devices))
+        .unwrap_or_else(|e| panic!("start sim: {e} ({e:?})"))
 }
 
 pub fn physical_total() -> u64 {
@@ -41,15 +42,28 @@ pub fn c_program(name: &str) -> PathBuf {
     if let Some(p) = m.get(name) {
         return p.clone();
     }
-    let inc = vgpu_conformance::nvidia_include().expect("NVIDIA headers (scripts/fetch-nvidia-headers)");
+    let inc =
+        vgpu_conformance::nvidia_include().expect("NVIDIA headers (scripts/fetch-nvidia-headers)");
     let dir = out_dir();
     std::fs::create_dir_all(&dir).unwrap();
-    let links = tempfile::Builder::new().prefix(".links-").tempdir_in(&dir).unwrap();
-    let lib = vgpu_sim::link_libs(links.path()).expect("simulated driver built (cargo build -p vgpu-sim-cuda -p vgpu-sim-nvml)");
+    let links = tempfile::Builder::new()
+        .prefix(".links-")
+        .tempdir_in(&dir)
+        .unwrap();
+    let lib = vgpu_sim::link_libs(links.path())
+        .expect("simulated driver built (cargo build -p vgpu-sim-cuda -p vgpu-sim-nvml)");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let tmp = links.path().join(name);
     let out = Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
-        .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I"])
+        .args([
+            "-std=gnu11",
+            "-O1",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+        ])
         .arg(&inc)
         .arg("-I")
         .arg(vgpu_conformance::conformance_dir())
@@ -61,7 +75,12 @@ pub fn c_program(name: &str) -> PathBuf {
         .args(["-lcuda", "-lnvidia-ml", "-ldl"])
         .output()
         .expect("run gcc");
-    assert!(out.status.success(), "gcc {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "gcc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let exe = dir.join(name);
     std::fs::rename(&tmp, &exe).unwrap();
     m.insert(name.to_string(), exe.clone());
@@ -73,7 +92,10 @@ pub fn env(sim: &SimHandle, cache: Option<&Path>, extra: &[(&str, &str)]) -> Vec
     let mut e = sim.env();
     e.push(("LD_PRELOAD".into(), libvgpu().display().to_string()));
     if let Some(c) = cache {
-        e.push(("CUDA_DEVICE_MEMORY_SHARED_CACHE".into(), c.display().to_string()));
+        e.push((
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE".into(),
+            c.display().to_string(),
+        ));
     }
     for (k, v) in extra {
         e.push((k.to_string(), v.to_string()));
@@ -87,7 +109,11 @@ pub fn command(exe: &Path, args: &[&str], env: &[(String, String)]) -> Command {
     let mut c = Command::new(exe);
     c.args(args);
     for (k, _) in std::env::vars() {
-        if k.starts_with("CUDA_") || k.starts_with("LIBVGPU_") || k == "LD_PRELOAD" || k == "LIBCUDA_LOG_LEVEL" {
+        if k.starts_with("CUDA_")
+            || k.starts_with("LIBVGPU_")
+            || k == "LD_PRELOAD"
+            || k == "LIBCUDA_LOG_LEVEL"
+        {
             c.env_remove(k);
         }
     }
@@ -103,12 +129,18 @@ pub fn run(exe: &Path, args: &[&str], env: &[(String, String)]) -> Output {
 pub fn facts(out: &Output) -> BTreeMap<String, String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
         .collect()
 }
 
 pub fn num(f: &BTreeMap<String, String>, k: &str) -> u64 {
-    f.get(k).unwrap_or_else(|| panic!("missing {k} in {f:?}")).parse().unwrap_or_else(|_| panic!("{k} not a number: {f:?}"))
+    f.get(k)
+        .unwrap_or_else(|| panic!("missing {k} in {f:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{k} not a number: {f:?}"))
 }
 
 /// The C client's PASS/FAIL report must be all PASS with the summary line.
@@ -117,7 +149,10 @@ pub fn assert_passed(out: &Output) {
     let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
     let passed = stdout.lines().filter(|l| l.starts_with("PASS")).count();
     assert!(
-        out.status.success() && fails.is_empty() && passed > 0 && stdout.contains(&format!("{passed} passed, 0 failed")),
+        out.status.success()
+            && fails.is_empty()
+            && passed > 0
+            && stdout.contains(&format!("{passed} passed, 0 failed")),
         "status {:?}\nfailures: {fails:#?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
@@ -130,8 +165,14 @@ pub fn region_at(path: &Path, limits: &[u64]) -> vgpu_region::Region {
         devices: limits
             .iter()
             .enumerate()
-            .map(|(i, &l)| vgpu_region::DeviceConfig { uuid: format!("GPU-test-{i}"), mem_limit: l, sm_limit: 0 })
+            .map(|(i, &l)| vgpu_region::DeviceConfig {
+                uuid: format!("GPU-test-{i}"),
+                mem_limit: l,
+                sm_limit: 0,
+            })
             .collect(),
     };
-    vgpu_region::Region::open_or_create(path, &opts).expect("create region").0
+    vgpu_region::Region::open_or_create(path, &opts)
+        .expect("create region")
+        .0
 }

@@ -1,0 +1,337 @@
+//! Virtual views, the environment contract and resolution, through real
+//! processes on the simulated driver.
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::*;
+
+fn view(s: &SimHandle, cache: Option<&Path>, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let out = run(&c_program("limits"), &["view"], &env(s, cache, extra));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    facts(&out)
+}
+
+#[test]
+fn visible_devices_indices_order_and_uuids() {
+    let s = sim(2);
+    // The physical devices, as the driver alone sees them.
+    let phys = facts(&run(&c_program("limits"), &["view"], &s.env()));
+    let uuid = |i: u32| phys[&format!("nvml.{i}.uuid")].clone();
+    assert_ne!(uuid(0), uuid(1));
+    let limits = [
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_1", "2g"),
+    ];
+    // Whether the driver applies CUDA_VISIBLE_DEVICES itself (a real one
+    // does; the CUDA side of the mapping is the driver's job).
+    let mut e = s.env();
+    e.push(("CUDA_VISIBLE_DEVICES".into(), "1".into()));
+    let driver_maps = num(
+        &facts(&run(&c_program("limits"), &["view"], &e)),
+        "cuda.count",
+    ) == 1;
+    if !driver_maps {
+        eprintln!("note: this driver ignores CUDA_VISIBLE_DEVICES (a real one applies it); CUDA/NVML UUID agreement unchecked");
+    }
+    let u1 = uuid(1);
+    for (visible, want) in [
+        ("1", vec![1u32]),
+        ("1,0", vec![1, 0]),
+        (u1.as_str(), vec![1]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("r.cache");
+        let mut extra = limits.to_vec();
+        extra.push(("CUDA_VISIBLE_DEVICES", visible));
+        let v = view(&s, Some(&cache), &extra);
+        assert_eq!(num(&v, "nvml.count"), want.len() as u64, "{visible}: {v:?}");
+        for (ord, &p) in want.iter().enumerate() {
+            // CUDA_DEVICE_MEMORY_LIMIT_<i> names visible device i.
+            let lim = [GIB, 2 * GIB][ord];
+            assert_eq!(
+                v[&format!("nvml.{ord}.uuid")],
+                uuid(p),
+                "{visible}: NVML index {ord} is physical {p}"
+            );
+            assert_eq!(
+                num(&v, &format!("nvml.{ord}.total")),
+                lim,
+                "{visible}: NVML memory of index {ord}"
+            );
+            assert_eq!(
+                num(&v, &format!("nvml.{ord}.v2_total")),
+                lim,
+                "{visible}: NVML v2 memory of index {ord}"
+            );
+            assert_eq!(
+                num(&v, &format!("cuda.{ord}.total_mem")),
+                lim,
+                "{visible}: cuDeviceTotalMem of ordinal {ord}"
+            );
+            assert_eq!(
+                num(&v, &format!("cuda.{ord}.info_total")),
+                lim,
+                "{visible}: cuMemGetInfo of ordinal {ord}"
+            );
+        }
+        if driver_maps {
+            assert_eq!(num(&v, "cuda.count"), want.len() as u64, "{visible}");
+            for ord in 0..want.len() {
+                assert_eq!(
+                    v[&format!("cuda.{ord}.uuid")],
+                    v[&format!("nvml.{ord}.uuid")],
+                    "{visible}: CUDA and NVML agree on ordinal {ord}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn env_less_process_in_a_container_finds_the_default_region() {
+    // A container: a private mount namespace where the device plugin's
+    // region sits at the default path. The process has LD_PRELOAD (as from
+    // /etc/ld.so.preload) but none of the CUDA_DEVICE_* variables.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    region_at(&dir.path().join("region.cache"), &[256 * MIB]);
+    let default_dir = Path::new(vgpu::config::DEFAULT_CACHE).parent().unwrap();
+    std::fs::create_dir_all(default_dir).unwrap();
+    let prog = c_program("limits");
+    let script = format!(
+        "mount --bind '{}' '{}' && exec '{}' fill {}",
+        dir.path().display(),
+        default_dir.display(),
+        prog.display(),
+        256 * MIB
+    );
+    let e = env(&s, None, &[("LIBVGPU_CONTEXT_MEMORY", "0")]);
+    let out = command(
+        Path::new("unshare"),
+        &["--mount", "--propagation", "private", "sh", "-c", &script],
+        &e,
+    )
+    .output()
+    .unwrap();
+    assert_passed(&out);
+    // Outside the namespace there is no region at the default path: the
+    // same env-less process is not limited.
+    assert!(!Path::new(vgpu::config::DEFAULT_CACHE).exists());
+    let v = view(&s, None, &[]);
+    assert_eq!(num(&v, "cuda.0.total_mem"), physical_total());
+}
+
+#[test]
+fn malformed_values_get_one_line_and_the_documented_fallback() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let out = run(
+        &c_program("limits"),
+        &["view"],
+        &env(
+            &s,
+            Some(&cache),
+            &[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "lots"),
+                ("CUDA_DEVICE_SM_LIMIT", "fast"),
+                ("LIBVGPU_CONTEXT_MEMORY", "-3"),
+                ("GPU_CORE_UTILIZATION_POLICY", "sometimes"),
+                ("LIBCUDA_LOG_LEVEL", "2"),
+            ],
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for var in [
+        "CUDA_DEVICE_MEMORY_LIMIT_0=\"lots\"",
+        "CUDA_DEVICE_SM_LIMIT=\"fast\"",
+        "LIBVGPU_CONTEXT_MEMORY=\"-3\"",
+        "GPU_CORE_UTILIZATION_POLICY=\"sometimes\"",
+    ] {
+        let n = stderr
+            .lines()
+            .filter(|l| l.starts_with("[vgpu]") && l.contains(var))
+            .count();
+        assert_eq!(n, 1, "one line for {var}:\n{stderr}");
+    }
+    // The bad per-device value is ignored: the global limit applies.
+    let f = facts(&out);
+    assert_eq!(num(&f, "cuda.0.total_mem"), GIB);
+    assert_eq!(num(&f, "nvml.0.total"), GIB);
+
+    // A bad log level is itself reported once, then the default applies.
+    let out = run(
+        &c_program("limits"),
+        &["view"],
+        &env(
+            &s,
+            None,
+            &[
+                ("LIBCUDA_LOG_LEVEL", "loud"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "12q"),
+            ],
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("LIBCUDA_LOG_LEVEL=\"loud\""))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("CUDA_DEVICE_MEMORY_LIMIT=\"12q\""))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(num(&facts(&out), "cuda.0.total_mem"), physical_total());
+}
+
+#[test]
+fn no_env_and_no_region_passes_through() {
+    let s = sim(1);
+    let v = view(&s, None, &[]);
+    assert_eq!(num(&v, "cuda.0.total_mem"), physical_total());
+    assert_eq!(num(&v, "nvml.0.total"), physical_total());
+}
+
+#[test]
+fn every_cudart_request_resolves_to_the_drivers_abi() {
+    // NVIDIA's libcudart 12.9 asks cuGetProcAddress_v2 for these; under
+    // libvgpu.so each must resolve to the ABI the driver alone gives (a hook
+    // of the same versioned name, or the driver's own pointer).
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let exe = vgpu_conformance::build("procaddress", dir.path())
+        .expect("build conformance/procaddress.c");
+    let req = vgpu_conformance::cudart_requests();
+    let map = vgpu_conformance::procaddress_map();
+    let e = env(
+        &s,
+        Some(&dir.path().join("r.cache")),
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")],
+    );
+    let out = run(&exe, &[req.to_str().unwrap(), map.to_str().unwrap()], &e);
+    assert_passed(&out);
+    let requests = std::fs::read_to_string(&req)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    let passed = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("PASS"))
+        .count();
+    assert!(
+        passed > requests,
+        "every request was checked ({passed} checks, {requests} requests)"
+    );
+}
+
+#[test]
+fn cuinit_phases_land_in_the_slot_in_order() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let r = region_at(&cache, &[GIB]);
+    let mut child = command(
+        &tenant(),
+        &["run", "--target", "64m", "--hold"],
+        &env(&s, Some(&cache), &[]),
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.ends_with("holding=1")));
+    let snap = r.snapshot();
+    let slot = snap
+        .slots
+        .iter()
+        .find(|s| s.state == "live")
+        .expect("tenant's slot");
+    let order = [
+        "LoaderReady",
+        "WrapperEnter",
+        "RegionMapped",
+        "SlotClaimed",
+        "RealInitEnter",
+        "RealInitExit",
+        "PostInitExit",
+        "WrapperExit",
+    ];
+    let get = |n: &str| {
+        slot.phases
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n) || k.replace('_', "").eq_ignore_ascii_case(n))
+            .map(|p| p.1)
+    };
+    let mut prev = 0;
+    for n in order {
+        let t = get(n).unwrap_or_else(|| panic!("phase {n} missing in {:?}", slot.phases));
+        assert!(t > 0, "phase {n} recorded: {:?}", slot.phases);
+        assert!(
+            t >= prev,
+            "phase {n} after the previous one: {:?}",
+            slot.phases
+        );
+        prev = t;
+    }
+    // Identity is not on the cuInit path: its phases stay zero.
+    assert_eq!(get("IdentityEnter").unwrap_or(0), 0, "{:?}", slot.phases);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn pynvml_sees_the_limited_view() {
+    let py = vgpu_conformance::repo_root().join(".cache/venv/bin/python");
+    if !py.exists() {
+        eprintln!(
+            "note: {} not present (scripts/test sets it up); pynvml check skipped",
+            py.display()
+        );
+        return;
+    }
+    let s = sim(2);
+    let dir = tempfile::tempdir().unwrap();
+    let code = "import pynvml as n\nn.nvmlInit()\nc=n.nvmlDeviceGetCount()\nh=n.nvmlDeviceGetHandleByIndex(0)\nm=n.nvmlDeviceGetMemoryInfo(h)\nprint(f'count={c}\\ntotal={m.total}\\nused={m.used}\\nfree={m.free}')\n";
+    let e = env(
+        &s,
+        Some(&dir.path().join("r.cache")),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "3g"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+        ],
+    );
+    let out = run(&py, &["-c", code], &e);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = facts(&out);
+    assert_eq!(num(&f, "count"), 1);
+    assert_eq!(num(&f, "total"), 3 * GIB);
+    assert_eq!(num(&f, "used") + num(&f, "free"), 3 * GIB);
+}
