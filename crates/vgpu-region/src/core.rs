@@ -13,7 +13,10 @@
 //! backed off together does not leave everyone empty-handed.
 
 use crate::layout::{RawHeader, RawSlot, RawSlotDevice, MAX_DEVICES, NS_TABLE_LEN};
-use crate::sync::{fence, AtomicU64, Ordering::SeqCst};
+use crate::sync::{
+    fence, AtomicU32, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 
 /// Slot states (top two bits of the owner word).
 pub const ST_FREE: u64 = 0;
@@ -73,6 +76,8 @@ pub trait Env {
 pub struct View<'a> {
     /// The header.
     pub header: &'a RawHeader,
+    /// Owner word of each slot (same length as `slots`).
+    pub owners: &'a [AtomicU64],
     /// All slots.
     pub slots: &'a [RawSlot],
 }
@@ -114,34 +119,48 @@ pub fn ns_index(h: &RawHeader, inode: u64) -> Option<u8> {
     None
 }
 
+fn zero64(c: &AtomicU64) {
+    // Most cells are already zero: a load is cheaper than a SeqCst store.
+    if c.load(Relaxed) != 0 {
+        c.store(0, SeqCst);
+    }
+}
+
+fn zero32(c: &AtomicU32) {
+    if c.load(Relaxed) != 0 {
+        c.store(0, SeqCst);
+    }
+}
+
 /// Zeroes every counter and telemetry cell of a slot (not its owner word).
 pub fn clear_slot<E: Env>(s: &RawSlot, env: &E) {
     for (i, d) in s.devices.iter().enumerate() {
-        d.context.store(0, SeqCst);
-        d.module.store(0, SeqCst);
-        d.data.store(0, SeqCst);
-        d.total.store(0, SeqCst);
-        d.monitor_mem.store(0, SeqCst);
-        d.monitor_sm_util.store(0, SeqCst);
+        zero64(&d.context);
+        zero64(&d.module);
+        zero64(&d.data);
+        zero64(&d.total);
+        zero64(&d.monitor_mem);
+        zero32(&d.monitor_sm_util);
         if i == 0 {
             env.step("reclaim.mid_clear");
         }
     }
-    s.start_time.store(0, SeqCst);
-    s.host_pid.store(0, SeqCst);
-    s.pid.store(0, SeqCst);
-    s.claimed_ns.store(0, SeqCst);
-    s.identity_tier.store(0, SeqCst);
-    s.identity_state.store(0, SeqCst);
-    s.identity_attempts.store(0, SeqCst);
-    s.identity_failure.store(0, SeqCst);
-    s.identity_ns.store(0, SeqCst);
-    s.run_status.store(0, SeqCst);
-    for p in s.phases.iter() {
-        p.store(0, SeqCst);
+    for c in [&s.start_time, &s.claimed_ns, &s.identity_ns] {
+        zero64(c);
     }
-    for f in s.fallbacks.iter() {
-        f.store(0, SeqCst);
+    for c in [
+        &s.host_pid,
+        &s.pid,
+        &s.identity_tier,
+        &s.identity_state,
+        &s.identity_attempts,
+        &s.identity_failure,
+        &s.run_status,
+    ] {
+        zero32(c);
+    }
+    for p in s.phases.iter().chain(s.fallbacks.iter()) {
+        zero64(p);
     }
 }
 
@@ -151,14 +170,11 @@ pub fn clear_slot<E: Env>(s: &RawSlot, env: &E) {
 pub fn claim<E: Env>(v: &View<'_>, me: Owner, env: &E) -> Option<usize> {
     let word = encode(ST_LIVE, me);
     env.step("register.before_claim");
-    for (i, s) in v.slots.iter().enumerate() {
-        if s.owner.load(SeqCst) != ST_FREE {
+    for (i, (o, s)) in v.owners.iter().zip(v.slots).enumerate() {
+        if o.load(SeqCst) != ST_FREE {
             continue;
         }
-        if s.owner
-            .compare_exchange(ST_FREE, word, SeqCst, SeqCst)
-            .is_ok()
-        {
+        if o.compare_exchange(ST_FREE, word, SeqCst, SeqCst).is_ok() {
             env.step("register.after_claim");
             // Raised before any counter of this slot can become non-zero,
             // so every admission sum that could miss this slot's bytes
@@ -183,21 +199,20 @@ impl Env for NoSteps {
 
 /// Frees the slot if `me` owns it (LIVE). Its reservations vanish.
 pub fn unregister<E: Env>(v: &View<'_>, idx: usize, me: Owner, env: &E) -> bool {
-    let Some(s) = v.slots.get(idx) else {
+    let (Some(o), Some(s)) = (v.owners.get(idx), v.slots.get(idx)) else {
         return false;
     };
     let live = encode(ST_LIVE, me);
     // Mark it as being cleared by us: if we die half way, any process
     // reclaims it like any dead owner's slot.
-    if s.owner
-        .compare_exchange(live, encode(ST_RECLAIMING, me), SeqCst, SeqCst)
+    if o.compare_exchange(live, encode(ST_RECLAIMING, me), SeqCst, SeqCst)
         .is_err()
     {
         return false;
     }
     env.step("unregister.after_mark");
     clear_slot(s, env);
-    s.owner.store(ST_FREE, SeqCst);
+    o.store(ST_FREE, SeqCst);
     true
 }
 
@@ -206,8 +221,8 @@ pub fn unregister<E: Env>(v: &View<'_>, idx: usize, me: Owner, env: &E) -> bool 
 pub fn reclaim_dead<E: Env>(v: &View<'_>, me: Owner, env: &E) -> usize {
     let mine = encode(ST_RECLAIMING, me);
     let mut freed = 0;
-    for s in v.slots.iter() {
-        let w = s.owner.load(SeqCst);
+    for (cell, s) in v.owners.iter().zip(v.slots) {
+        let w = cell.load(SeqCst);
         if w == ST_FREE {
             continue;
         }
@@ -220,13 +235,13 @@ pub fn reclaim_dead<E: Env>(v: &View<'_>, me: Owner, env: &E) -> usize {
         if (st != ST_LIVE && st != ST_RECLAIMING) || !env.is_dead(o) {
             continue;
         }
-        if s.owner.compare_exchange(w, mine, SeqCst, SeqCst).is_err() {
+        if cell.compare_exchange(w, mine, SeqCst, SeqCst).is_err() {
             continue;
         }
         env.step("reclaim.after_mark");
         clear_slot(s, env);
         env.step("reclaim.before_free");
-        s.owner.store(ST_FREE, SeqCst);
+        cell.store(ST_FREE, SeqCst);
         freed += 1;
     }
     freed

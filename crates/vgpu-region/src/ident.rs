@@ -2,6 +2,7 @@
 //! procfs, and whether a recorded owner is certainly dead.
 
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The calling process as the region records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,14 +116,64 @@ pub fn current() -> ProcIdentity {
         Ok(s) if s.pid == pid => (s.start_ticks, true),
         _ => (0, false),
     };
-    let pidns_inode = rustix::fs::stat("/proc/self/ns/pid")
-        .map(|st| st.st_ino)
-        .unwrap_or(0);
+    let pidns_inode = pidns_inode();
     ProcIdentity {
         pid,
         start_ticks,
         pidns_inode,
         procfs_ok: procfs_ok && pidns_inode != 0,
+    }
+}
+
+/// Inode of our PID namespace: the link text "pid:[N]" is cheaper to read
+/// than a stat of the namespace file; fall back to the stat.
+fn pidns_inode() -> u64 {
+    if let Ok(t) = std::fs::read_link("/proc/self/ns/pid") {
+        if let Some(n) = t
+            .to_str()
+            .and_then(|t| t.strip_prefix("pid:["))
+            .and_then(|t| t.strip_suffix(']'))
+            .and_then(|t| t.parse().ok())
+        {
+            return n;
+        }
+    }
+    rustix::fs::stat("/proc/self/ns/pid")
+        .map(|st| st.st_ino)
+        .unwrap_or(0)
+}
+
+/// The calling process's identity, read from procfs once per process: a
+/// fork child (another PID) reads its own. Process-local (lives in the
+/// `Region` value, not in the shared file).
+#[derive(Debug, Default)]
+pub struct IdentityCache {
+    pid: AtomicU32,
+    start_ticks: AtomicU64,
+    pidns_inode: AtomicU64,
+    procfs_ok: AtomicBool,
+}
+
+impl IdentityCache {
+    /// The caller's identity (cached while the PID is unchanged).
+    pub fn get(&self) -> ProcIdentity {
+        let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        if self.pid.load(Ordering::Acquire) == pid {
+            return ProcIdentity {
+                pid,
+                start_ticks: self.start_ticks.load(Ordering::Relaxed),
+                pidns_inode: self.pidns_inode.load(Ordering::Relaxed),
+                procfs_ok: self.procfs_ok.load(Ordering::Relaxed),
+            };
+        }
+        let id = current();
+        // Threads of one process store identical values, so racing fills
+        // are harmless; the PID goes last and publishes the rest.
+        self.start_ticks.store(id.start_ticks, Ordering::Relaxed);
+        self.pidns_inode.store(id.pidns_inode, Ordering::Relaxed);
+        self.procfs_ok.store(id.procfs_ok, Ordering::Relaxed);
+        self.pid.store(id.pid, Ordering::Release);
+        id
     }
 }
 
@@ -176,5 +227,11 @@ mod tests {
         assert!(!is_dead(&me, me.pid, s34));
         // Same PID, another start time: a reused PID, so the owner is gone.
         assert!(is_dead(&me, me.pid, s34 ^ 1));
+        let c = IdentityCache::default();
+        assert_eq!(c.get(), me);
+        assert_eq!(c.get(), me);
+        let ns =
+            std::fs::metadata("/proc/self/ns/pid").map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+        assert_eq!(me.pidns_inode, ns.unwrap());
     }
 }

@@ -1,6 +1,10 @@
 //! The file format: one `#[repr(C)]` definition every reader and writer
 //! uses, and the pure header parser that decides whether a file is ours.
 //!
+//! File = header (`HEADER_SIZE`) | owner table (one u64 owner word per
+//! slot, padded to a page) | slots. The owner words sit together so that a
+//! claimer scans a few cache lines of one page, not one page per slot.
+//!
 //! Byte order is the machine's native order; every supported target is
 //! little-endian and the header records a marker (`ENDIAN_MARK`) so a file
 //! written by a big-endian machine is refused, never reinterpreted. Every
@@ -111,14 +115,15 @@ pub struct RawDevice {
     pub _reserved: [AtomicU64; 6],
 }
 
-/// One process's slot.
+/// One process's slot. Its owner word lives in the owner table: state
+/// (2 bits) | pid-namespace index (6) | pid (22) | start time (low 34 bits
+/// of clock ticks); 0 = free. The whole owner identity is published by the
+/// single compare-exchange that claims the slot, so no window exists where
+/// a slot is taken but anonymous.
 #[repr(C, align(64))]
 pub struct RawSlot {
-    /// Owner word: state (2 bits) | pid-namespace index (6) | pid (22) |
-    /// start time (low 34 bits of clock ticks). 0 = free. The whole owner
-    /// identity is published by the single compare-exchange that claims
-    /// the slot, so no window exists where a slot is taken but anonymous.
-    pub owner: AtomicU64,
+    /// Reserved, zero (room for a generation counter).
+    pub _reserved0: AtomicU64,
     /// Full process start time (clock ticks since boot, /proc stat field 22).
     pub start_time: AtomicU64,
     /// PID in the host namespace, when identity found it (0 = unknown).
@@ -176,9 +181,19 @@ pub const DEVICE_SIZE: usize = std::mem::size_of::<RawDevice>();
 /// Size of one slot.
 pub const SLOT_SIZE: usize = std::mem::size_of::<RawSlot>();
 
+/// Bytes of the owner table for `slots` slots (whole pages).
+pub const fn owners_len(slots: u32) -> u64 {
+    (slots as u64 * 8).div_ceil(4096) * 4096
+}
+
+/// Offset of slot 0.
+pub const fn slots_offset(slots: u32) -> u64 {
+    HEADER_SIZE as u64 + owners_len(slots)
+}
+
 /// Total file length for `slots` slots.
 pub const fn file_len(slots: u32) -> u64 {
-    HEADER_SIZE as u64 + slots as u64 * SLOT_SIZE as u64
+    slots_offset(slots) + slots as u64 * SLOT_SIZE as u64
 }
 
 const fn fnv1a(mut h: u64, v: u64) -> u64 {
@@ -195,8 +210,10 @@ const fn fnv1a(mut h: u64, v: u64) -> u64 {
 /// disagree on the layout disagree on this.
 pub const fn layout_hash() -> u64 {
     use std::mem::{offset_of, size_of};
-    let parts: [usize; 24] = [
+    let parts: [usize; 25] = [
         VERSION as usize,
+        // Owner table between header and slots (8-byte words, page-padded).
+        0x0417_0008,
         HEADER_SIZE,
         size_of::<RawHeader>(),
         offset_of!(RawHeader, state),
@@ -261,7 +278,7 @@ const _: () = {
     assert!(align_of::<RawSlotDevice>() == 64);
     assert!(offset_of!(RawSlotDevice, total) == 0);
     assert!(offset_of!(RawSlotDevice, monitor_sm_util) == 40);
-    assert!(offset_of!(RawSlot, owner) == 0);
+    assert!(offset_of!(RawSlot, _reserved0) == 0);
     assert!(offset_of!(RawSlot, start_time) == 8);
     assert!(offset_of!(RawSlot, host_pid) == 16);
     assert!(offset_of!(RawSlot, pid) == 20);
@@ -317,7 +334,11 @@ pub enum FormatError {
         need: u64,
     },
     /// Not a vgpu region (first bytes shown).
-    #[error("not a vgpu region file (magic {found:02x?}, expected {MAGIC:02x?})")]
+    #[error(
+        "not a vgpu region file (starts with \"{}\", expected \"{}\")",
+        found.escape_ascii(),
+        MAGIC.escape_ascii()
+    )]
     ForeignMagic {
         /// The first 8 bytes found.
         found: [u8; 8],

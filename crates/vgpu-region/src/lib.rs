@@ -58,6 +58,8 @@ pub mod model {
     pub struct Mem {
         /// Header.
         pub header: Box<RawHeader>,
+        /// Owner words.
+        pub owners: Vec<crate::sync::AtomicU64>,
         /// Slots.
         pub slots: Vec<RawSlot>,
     }
@@ -99,7 +101,7 @@ pub mod model {
         let z64 = || AtomicU64::new(0);
         let z32 = || AtomicU32::new(0);
         RawSlot {
-            owner: z64(),
+            _reserved0: z64(),
             start_time: z64(),
             host_pid: z32(),
             pid: z32(),
@@ -131,6 +133,7 @@ pub mod model {
         pub fn new(n: usize) -> Self {
             Mem {
                 header: Box::new(zeroed_header()),
+                owners: (0..n).map(|_| crate::sync::AtomicU64::new(0)).collect(),
                 slots: (0..n).map(|_| zeroed_slot()).collect(),
             }
         }
@@ -139,6 +142,7 @@ pub mod model {
         pub fn view(&self) -> View<'_> {
             View {
                 header: &self.header,
+                owners: &self.owners,
                 slots: &self.slots,
             }
         }

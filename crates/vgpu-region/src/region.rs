@@ -139,6 +139,7 @@ pub struct Region {
     device_count: u32,
     path: PathBuf,
     plan: Plan,
+    ident: ident::IdentityCache,
 }
 
 /// The algorithms' view of the outside world for one call.
@@ -360,13 +361,18 @@ impl Region {
 
     fn map_ready(f: File, path: &Path, info: &HeaderInfo) -> Result<Region, RegionError> {
         let map = crate::shm::map(&f, info.file_len).map_err(io("map", path))?;
-        Ok(Region {
+        let r = Region {
             map,
             slot_count: info.slot_count,
             device_count: info.device_count,
             path: path.to_owned(),
             plan: Plan::from_env(),
-        })
+            ident: ident::IdentityCache::default(),
+        };
+        // Read procfs now, while mapping, so `register` is a compare-exchange
+        // and a few stores (a fork child reads its own on first use).
+        r.ident.get();
+        Ok(r)
     }
 
     /// Writes a fresh region (caller holds the flock).
@@ -495,7 +501,7 @@ impl Region {
     /// Claims a slot for the calling process (a fork child registers as
     /// itself). Lock-free; reclaims dead owners' slots when none is free.
     pub fn register(&self) -> Result<SlotId, RegionError> {
-        let me = ident::current();
+        let me = self.ident.get();
         let owner = self.owner_of(&me)?;
         let env = CallEnv {
             me,
@@ -521,7 +527,7 @@ impl Region {
     /// Frees the caller's slot; its reservations vanish. Does nothing if the
     /// slot is not the calling process's.
     pub fn unregister(&self, slot: SlotId) {
-        let me = ident::current();
+        let me = self.ident.get();
         let Ok(owner) = self.owner_of(&me) else {
             return;
         };
@@ -650,7 +656,7 @@ impl Region {
 
     /// Frees the slots of dead processes of the caller's PID namespace.
     pub fn reclaim_dead(&self) -> usize {
-        let me = ident::current();
+        let me = self.ident.get();
         let Ok(owner) = self.owner_of(&me) else {
             return 0;
         };
@@ -664,9 +670,9 @@ impl Region {
     /// Claimed slots (live or being reclaimed).
     pub fn live_slots(&self) -> u32 {
         self.view()
-            .slots
+            .owners
             .iter()
-            .filter(|s| s.owner.load(SeqCst) != core::ST_FREE)
+            .filter(|o| o.load(SeqCst) != core::ST_FREE)
             .count() as u32
     }
 

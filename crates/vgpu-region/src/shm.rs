@@ -2,7 +2,8 @@
 //! references to its `#[repr(C)]` structs of atomics.
 
 use crate::core::View;
-use crate::layout::{file_len, RawHeader, RawSlot, HEADER_SIZE};
+use crate::layout::{file_len, slots_offset, RawHeader, RawSlot, HEADER_SIZE};
+use crate::sync::AtomicU64;
 use memmap2::MmapRaw;
 
 /// Maps `len` bytes of `file` shared, read-write.
@@ -21,17 +22,23 @@ pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
     );
     let base = map.as_mut_ptr();
     // SAFETY: the mapping is page-aligned (≥ the 64-byte alignment of
-    // RawHeader and RawSlot), at least HEADER_SIZE + slots * SLOT_SIZE
-    // bytes long (asserted above), and lives as long as the `&MmapRaw`
-    // borrow the returned references carry. Every field of both structs is
-    // an atomic integer (or an array of them): any bit pattern is a valid
-    // value and concurrent writes by other processes go through atomic
-    // operations, so shared references to them are sound.
+    // RawHeader and RawSlot), `file_len(slots)` bytes long or more
+    // (asserted above): header, then `slots` owner words at HEADER_SIZE,
+    // then `slots` slots at `slots_offset` (a page multiple), none
+    // overlapping. It lives as long as the `&MmapRaw` borrow the returned
+    // references carry. Every field is an atomic integer (or an array of
+    // them): any bit pattern is a valid value and concurrent writes by
+    // other processes go through atomic operations, so shared references
+    // to them are sound.
     unsafe {
         View {
             header: &*(base as *const RawHeader),
+            owners: std::slice::from_raw_parts(
+                base.add(HEADER_SIZE) as *const AtomicU64,
+                slots as usize,
+            ),
             slots: std::slice::from_raw_parts(
-                base.add(HEADER_SIZE) as *const RawSlot,
+                base.add(slots_offset(slots) as usize) as *const RawSlot,
                 slots as usize,
             ),
         }

@@ -127,8 +127,8 @@ pub(crate) fn take(r: &Region) -> Snapshot {
         })
         .collect();
     let mut slots = Vec::new();
-    for (i, s) in v.slots.iter().enumerate() {
-        let w = s.owner.load(SeqCst);
+    for (i, (cell, s)) in v.owners.iter().zip(v.slots).enumerate() {
+        let w = cell.load(SeqCst);
         if w == core::ST_FREE {
             continue;
         }

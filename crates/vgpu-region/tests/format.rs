@@ -63,7 +63,9 @@ fn layout_is_pinned() {
     assert_eq!(HEADER_SIZE, 4096);
     assert_eq!(SLOT_SIZE, 1280);
     assert_eq!(DEVICE_SIZE, 128);
-    assert_eq!(file_len(1024), 4096 + 1024 * 1280);
+    assert_eq!(file_len(1024), 4096 + 8192 + 1024 * 1280);
+    assert_eq!(file_len(4), 4096 + 4096 + 4 * 1280);
+    assert_eq!(slots_offset(4), 8192);
     assert_eq!(MAGIC, *b"VGPUREG\0");
     // A created file carries exactly these values at these offsets.
     let b = valid_bytes();

@@ -46,7 +46,7 @@ fn claims_are_exclusive() {
         assert_ne!(won[0], won[1]);
         for (pid, g) in (1..=3).zip(&got) {
             if let Some(i) = g {
-                let (st, o) = decode(m.slots[*i].owner.load(std::sync::atomic::Ordering::SeqCst));
+                let (st, o) = decode(m.owners[*i].load(std::sync::atomic::Ordering::SeqCst));
                 assert_eq!((st, o), (ST_LIVE, owner(pid)));
             }
         }
@@ -60,7 +60,7 @@ fn reclaim_races_with_claim_and_another_reclaimer() {
         {
             // Slot 0: a dead process holding 7 bytes.
             let v = m.view();
-            v.slots[0].owner.store(
+            v.owners[0].store(
                 encode(ST_LIVE, owner(95)),
                 loom::sync::atomic::Ordering::SeqCst,
             );
@@ -97,11 +97,7 @@ fn reclaim_races_with_claim_and_another_reclaimer() {
         // and the dead process's are gone.
         assert_eq!(freed, 1);
         assert_eq!(device_total(&m.view(), 0), 5);
-        let (st, o) = decode(
-            m.slots[mine]
-                .owner
-                .load(loom::sync::atomic::Ordering::SeqCst),
-        );
+        let (st, o) = decode(m.owners[mine].load(loom::sync::atomic::Ordering::SeqCst));
         assert_eq!((st, o), (ST_LIVE, owner(3)));
     });
 }
@@ -113,7 +109,7 @@ fn dead_reclaimer_is_taken_over() {
         {
             let v = m.view();
             // A reclaimer (pid 96) died half way through clearing slot 0.
-            v.slots[0].owner.store(
+            v.owners[0].store(
                 encode(ST_RECLAIMING, owner(96)),
                 loom::sync::atomic::Ordering::SeqCst,
             );
@@ -133,7 +129,7 @@ fn dead_reclaimer_is_taken_over() {
         let freed: usize = hs.into_iter().map(|h| h.join().unwrap()).sum();
         assert_eq!(freed, 1);
         assert_eq!(
-            m.slots[0].owner.load(loom::sync::atomic::Ordering::SeqCst),
+            m.owners[0].load(loom::sync::atomic::Ordering::SeqCst),
             ST_FREE
         );
         assert_eq!(device_total(&m.view(), 0), 0);
@@ -147,7 +143,7 @@ fn admission_never_overcommits() {
         {
             let v = m.view();
             for (i, pid) in [1, 2, 3].into_iter().enumerate() {
-                v.slots[i].owner.store(
+                v.owners[i].store(
                     encode(ST_LIVE, owner(pid)),
                     loom::sync::atomic::Ordering::SeqCst,
                 );
@@ -180,11 +176,11 @@ fn release_races_admission_without_underflow() {
         let m = Arc::new(Mem::new(2));
         {
             let v = m.view();
-            v.slots[0].owner.store(
+            v.owners[0].store(
                 encode(ST_LIVE, owner(1)),
                 loom::sync::atomic::Ordering::SeqCst,
             );
-            v.slots[1].owner.store(
+            v.owners[1].store(
                 encode(ST_LIVE, owner(2)),
                 loom::sync::atomic::Ordering::SeqCst,
             );
