@@ -262,6 +262,11 @@ impl Daemon {
         }
         r.generation.fetch_add(1, Ordering::AcqRel);
         r.host_pid.store(pid, Ordering::Release);
+        // Published before the record goes live, so every scan covers it.
+        self.state
+            .header()
+            .proc_hwm
+            .fetch_max(i as u32 + 1, Ordering::SeqCst);
         r.state.store(PROC_LIVE, Ordering::SeqCst);
         self.watched.insert(i, pidfd);
         Ok(i)

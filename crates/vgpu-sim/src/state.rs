@@ -70,6 +70,8 @@ pub struct Header {
     /// wall-clock microseconds; the timelines are CLOCK_MONOTONIC).
     pub realtime_offset_ns: i64,
     pub retain_head: AtomicU64,
+    /// One past the highest process record ever claimed: scans stop here.
+    pub proc_hwm: AtomicU32,
 }
 
 #[repr(C)]
@@ -329,9 +331,13 @@ impl State {
         unsafe { &*self.ptr_at::<KernelRec>(off) }
     }
 
+    fn proc_scan(&self) -> usize {
+        (self.header().proc_hwm.load(Ordering::SeqCst) as usize).min(MAX_PROCS)
+    }
+
     /// Device-wide memory in use: the sum over live process records.
     pub fn used_bytes(&self, dev: usize) -> u64 {
-        (0..MAX_PROCS)
+        (0..self.proc_scan())
             .map(|i| self.proc_rec(i))
             .filter(|r| r.state.load(Ordering::SeqCst) == PROC_LIVE)
             .map(|r| r.mem[dev].load(Ordering::SeqCst))
@@ -340,7 +346,7 @@ impl State {
 
     /// Live process records: (index, host pid).
     pub fn live_procs(&self) -> Vec<(usize, u32)> {
-        (0..MAX_PROCS)
+        (0..self.proc_scan())
             .filter_map(|i| {
                 let r = self.proc_rec(i);
                 (r.state.load(Ordering::Acquire) == PROC_LIVE)

@@ -133,16 +133,12 @@ mod ffi {
             let image = format!("vgpu-sim-kernel name=busy block_us={block_us}\0");
             let mut m = CUmodule::NULL;
             // SAFETY: NUL-terminated text image; out-pointer to a local.
-            check(
-                unsafe { load(&mut m, image.as_ptr().cast()) },
-                "cuModuleLoadData",
-            )?;
+            let r = unsafe { load(&mut m, image.as_ptr().cast()) };
+            check(r, "cuModuleLoadData")?;
             let mut f = CUfunction::NULL;
             // SAFETY: a module we loaded; NUL-terminated name; local out-pointer.
-            check(
-                unsafe { getf(&mut f, m, c"busy".as_ptr()) },
-                "cuModuleGetFunction",
-            )?;
+            let r = unsafe { getf(&mut f, m, c"busy".as_ptr()) };
+            check(r, "cuModuleGetFunction")?;
             let start = std::time::Instant::now();
             let mut n = 0;
             while start.elapsed().as_millis() < u128::from(ms) {
@@ -205,10 +201,8 @@ mod ffi {
             let mut buf = vec![nvmlProcessInfo_t::default(); 256];
             let mut n = buf.len() as c_uint;
             // SAFETY: `buf` holds `n` elements; signature per nvml.h.
-            nv(
-                unsafe { f(h, &mut n, buf.as_mut_ptr()) },
-                "nvmlDeviceGetComputeRunningProcesses_v3",
-            )?;
+            let r = unsafe { f(h, &mut n, buf.as_mut_ptr()) };
+            nv(r, "nvmlDeviceGetComputeRunningProcesses_v3")?;
             Ok(buf[..n as usize]
                 .iter()
                 .map(|p| (p.pid, p.usedGpuMemory))
