@@ -32,19 +32,48 @@ pub struct PoolCharge {
     pub charged: u64,
 }
 
+/// A cheap hasher for pointer and handle keys (the allocation hot path):
+/// one folded 64x64->128 multiply, which mixes the low bits that aligned
+/// device pointers leave zero. Keys come from the driver, not an attacker.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        let m = u128::from(self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+}
+
+pub type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<KeyHasher>>;
+
 #[derive(Default)]
 pub struct Tables {
     /// Linear/managed/pitched allocations by device pointer.
-    pub allocs: HashMap<u64, Charge>,
+    pub allocs: Map<u64, Charge>,
     /// Stream-ordered allocations: pointer -> pool.
-    pub async_ptrs: HashMap<u64, usize>,
-    pub pools: HashMap<usize, PoolCharge>,
+    pub async_ptrs: Map<u64, usize>,
+    pub pools: Map<usize, PoolCharge>,
     /// `cuMemCreate` handles.
-    pub handles: HashMap<u64, Charge>,
+    pub handles: Map<u64, Charge>,
     /// Arrays and mipmapped arrays by handle.
-    pub arrays: HashMap<usize, Charge>,
+    pub arrays: Map<usize, Charge>,
     /// Contexts created with `cuCtxCreate*`.
-    pub ctxs: HashMap<usize, Charge>,
+    pub ctxs: Map<usize, Charge>,
 }
 
 pub struct Proc {
@@ -57,7 +86,7 @@ pub struct Proc {
     pub tables: Mutex<Tables>,
     /// Primary-context retain count and charge per device (its own lock: it
     /// is held across the driver's retain, which can be slow).
-    pub primary: Mutex<HashMap<u32, (u32, u64)>>,
+    pub primary: Mutex<Map<u32, (u32, u64)>>,
     /// Any SM limit configured (the launch limiter's seam).
     pub sm_limited: bool,
 }
@@ -231,7 +260,7 @@ fn build_inner(may_init: bool) -> Option<Proc> {
         pid: sys::getpid(),
         ndev: AtomicU32::new(ndev),
         tables: Mutex::new(Tables::default()),
-        primary: Mutex::new(HashMap::new()),
+        primary: Mutex::new(Map::default()),
         sm_limited,
     })
 }
@@ -368,5 +397,22 @@ pub fn launch_gate() {
 fn sm_limit_pending() {
     if !SM_NOTED.swap(true, Ordering::Relaxed) {
         crate::warn!("an SM limit is configured but this libvgpu.so has no launch limiter yet; launches are not paced");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::{BuildHasher, BuildHasherDefault};
+
+    #[test]
+    fn key_hasher_spreads_aligned_pointers() {
+        // Device pointers are 2 MiB aligned here: the low bits (which pick
+        // the bucket) must still differ.
+        let b = BuildHasherDefault::<KeyHasher>::default();
+        let low: std::collections::HashSet<u64> = (0..256u64)
+            .map(|i| b.hash_one(0x7f00_0000_0000 + (i << 21)) & 0xff)
+            .collect();
+        assert!(low.len() > 128, "only {} distinct low bytes", low.len());
     }
 }
