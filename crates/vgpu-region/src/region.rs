@@ -361,6 +361,14 @@ impl Region {
 
     fn map_ready(f: File, path: &Path, info: &HeaderInfo) -> Result<Region, RegionError> {
         let map = crate::shm::map(&f, info.file_len).map_err(io("map", path))?;
+        // Fault in the header and owner table now (writable, nothing
+        // written), so a claim does not pay page faults; kernels before 5.14
+        // lack the advice and simply fault later.
+        let _ = map.advise_range(
+            memmap2::Advice::PopulateWrite,
+            0,
+            slots_offset(info.slot_count) as usize,
+        );
         let r = Region {
             map,
             slot_count: info.slot_count,

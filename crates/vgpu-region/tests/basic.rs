@@ -67,3 +67,29 @@ fn create_register_reserve_release() {
     assert_eq!(r.live_slots(), 0);
     assert_eq!(r.device_used(0), 0);
 }
+
+#[test]
+fn fork_child_registers_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vgpu-region-worker"))
+        .arg("script")
+        .arg(&p)
+        .arg("create:8:0,register,fork")
+        .env_remove(vgpu_region::failpoint::ENV)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("slot=0"), "{text}");
+    assert!(
+        text.contains("child pid=") && text.contains("slot=1 owner=Some("),
+        "{text}"
+    );
+    assert!(text.contains("child exit=0"), "{text}");
+    // Parent and child both exited without unregistering: both reclaimed.
+    let r = Region::open(&p).unwrap();
+    assert_eq!(r.live_slots(), 2);
+    assert_eq!(r.reclaim_dead(), 2);
+    assert_eq!(r.live_slots(), 0);
+}

@@ -53,6 +53,30 @@ fn flock_shared(path: &str) -> Result<File, String> {
     Ok(f)
 }
 
+/// fork(2) from this single-threaded worker.
+fn forked() -> i32 {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: the script worker has one thread, so the child may run
+    // arbitrary code (no lock can be held by a thread that did not fork).
+    unsafe { libc::fork() }
+}
+
+/// Waits for a child; its exit code, or 128 + signal.
+fn wait_child(pid: i32) -> i32 {
+    let mut st = 0;
+    // SAFETY: `st` is a valid out-pointer for the call's duration.
+    let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+    if r != pid {
+        return -1;
+    }
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    }
+}
+
 fn reg<'a>(r: &'a Option<Region>, op: &str) -> Result<&'a Region, String> {
     r.as_ref().ok_or(format!("op {op:?} before open"))
 }
@@ -105,6 +129,31 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
             }
             "reclaim" => println!("reclaimed={}", reg(&r, op)?.reclaim_dead()),
             "unregister" => reg(&r, op)?.unregister(slot.ok_or("unregister before register")?),
+            "fork" => {
+                // The child registers as itself on the inherited mapping.
+                let parent_slot = slot.ok_or("fork before register")?;
+                match forked() {
+                    0 => {
+                        let r = reg(&r, op)?;
+                        let s = r.register().map_err(|e| format!("child: {e}"))?;
+                        let me = std::process::id();
+                        let owner = r
+                            .snapshot()
+                            .slots
+                            .iter()
+                            .find(|x| x.index == s.0)
+                            .map(|x| x.pid);
+                        println!("child pid={me} slot={} owner={owner:?}", s.0);
+                        let ok = s != parent_slot && owner == Some(me);
+                        std::process::exit(if ok { 0 } else { 3 });
+                    }
+                    pid if pid > 0 => {
+                        let st = wait_child(pid);
+                        println!("child exit={st}");
+                    }
+                    _ => return Err("fork failed".into()),
+                }
+            }
             "die" => {
                 let _ = rustix::process::kill_process(
                     rustix::process::getpid(),
