@@ -8,17 +8,22 @@ use crate::hooks::route_proc;
 use crate::{policy, state, sys};
 
 /// Writes our hook over a successful `cuGetProcAddress` answer when the
-/// driver returned exactly the function a hook wraps.
+/// driver returned the function a hook wraps (see `hooks::route_proc`).
 ///
 /// # Safety
 /// `symbol` and `pfn` are the caller's arguments to a `cuGetProcAddress`
 /// that just succeeded.
-unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void) {
+unsafe fn substitute(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: cuuint64_t,
+) {
     // SAFETY: per this function's contract.
     let (Some(name), Some(found)) = (unsafe { sys::cstr(symbol) }, unsafe { sys::get(pfn) }) else {
         return;
     };
-    let routed = route_proc(name, found);
+    let routed = route_proc(name, found, version, flags);
     if routed != found {
         // SAFETY: the driver just wrote through `pfn`.
         unsafe { sys::put(pfn, routed) };
@@ -42,7 +47,7 @@ TABLE;
         let r = unsafe { real(symbol, pfn, cudaVersion, flags) };
         if r.is_success() {
             // SAFETY: the call succeeded with these arguments.
-            unsafe { substitute(symbol, pfn) };
+            unsafe { substitute(symbol, pfn, cudaVersion, flags) };
         }
         r
     }
@@ -54,7 +59,7 @@ TABLE;
         let r = unsafe { real(symbol, pfn, cudaVersion, flags, symbolStatus) };
         if r.is_success() {
             // SAFETY: the call succeeded with these arguments.
-            unsafe { substitute(symbol, pfn) };
+            unsafe { substitute(symbol, pfn, cudaVersion, flags) };
         }
         r
     }

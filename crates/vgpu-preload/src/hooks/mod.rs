@@ -285,18 +285,68 @@ pub unsafe fn route_dlsym(name: *const c_char, found: *mut c_void) -> *mut c_voi
     }
 }
 
+/// The hook whose ABI a `cuGetProcAddress` request selects by name and
+/// version alone: the newest declared ABI of `symbol` with `since <=
+/// cudaVersion`, the per-thread-stream variant when `flags` asks for it and
+/// one is declared. Every hooked name declares all its ABIs from its first
+/// hooked one on (checked against the headers' map in the tests), so a
+/// version below that selects an unhooked ABI and gets `None`.
+pub fn select(symbol: &str, version: i32, flags: u64) -> Option<&'static HookInfo> {
+    let ptds = flags & vgpu_cuda_abi::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
+    let pick = |want_ptds: bool| {
+        cuda::TABLE
+            .iter()
+            .filter(|h| {
+                h.base == symbol && h.ptds == want_ptds && i64::from(h.since) <= i64::from(version)
+            })
+            .max_by_key(|h| h.since)
+    };
+    if ptds {
+        pick(true).or_else(|| pick(false))
+    } else {
+        pick(false)
+    }
+}
+
 /// `cuGetProcAddress` route: the driver already chose the ABI for
 /// (symbol, cudaVersion, flags) and filled `symbolStatus`; substitute our
-/// hook only when its answer is exactly the driver function a hook wraps.
-/// A version that selects an ABI we do not hook gets the driver's pointer.
-pub fn route_proc(symbol: &str, found: *mut c_void) -> *mut c_void {
+/// hook when its answer is exactly the driver function a hook wraps. When
+/// the driver answers with a pointer none of our slots holds (a driver may
+/// hand out internal entry points), the name-and-version rule of
+/// [`select`] decides, but only if that hook's driver function exists.
+/// Anything else (an ABI we do not hook, an unknown name) is the driver's.
+pub fn route_proc(symbol: &str, found: *mut c_void, version: i32, flags: u64) -> *mut c_void {
     if found.is_null() {
         return found;
     }
+    let mut same_name = cuda::TABLE.iter().filter(|hk| hk.base == symbol).peekable();
+    if same_name.peek().is_none() {
+        return found;
+    }
+    let mut known = false;
+    for hk in same_name {
+        let real = hk.real.load(Ordering::Acquire);
+        if real == found {
+            return (hk.export)();
+        }
+        known |= found == (hk.export)();
+    }
+    if known {
+        return found;
+    }
+    match select(symbol, version, flags) {
+        Some(hk) if !hk.real.load(Ordering::Acquire).is_null() && !driver_slot(found) => {
+            (hk.export)()
+        }
+        _ => found,
+    }
+}
+
+/// Whether `p` is the driver function behind any hook (another ABI).
+fn driver_slot(p: *mut c_void) -> bool {
     cuda::TABLE
         .iter()
-        .find(|hk| hk.base == symbol && hk.real.load(Ordering::Acquire) == found)
-        .map_or(found, |hk| (hk.export)())
+        .any(|hk| hk.real.load(Ordering::Acquire) == p)
 }
 
 #[cfg(test)]
@@ -332,13 +382,47 @@ mod tests {
         let hk = by_name("cuMemAlloc_v2").expect("declared");
         let fake = 0x1000 as *mut c_void;
         hk.real.store(fake, Ordering::Release);
-        assert_eq!(route_proc("cuMemAlloc", fake), (hk.export)());
+        assert_eq!(route_proc("cuMemAlloc", fake, 12090, 0), (hk.export)());
+        // An internal pointer for a version selecting the hooked ABI.
+        let internal = 0x2000 as *mut c_void;
+        assert_eq!(route_proc("cuMemAlloc", internal, 3020, 0), (hk.export)());
         // Another ABI of the same name (the v1 `cuMemAlloc`) passes through.
-        let other = 0x2000 as *mut c_void;
-        assert_eq!(route_proc("cuMemAlloc", other), other);
+        assert_eq!(route_proc("cuMemAlloc", internal, 2000, 0), internal);
         // A name without hooks passes through.
-        assert_eq!(route_proc("cuGraphLaunch", fake), fake);
-        assert!(route_proc("cuMemAlloc", std::ptr::null_mut()).is_null());
+        assert_eq!(route_proc("cuGraphLaunch", fake, 12090, 0), fake);
+        assert!(route_proc("cuMemAlloc", std::ptr::null_mut(), 12090, 0).is_null());
         hk.real.store(std::ptr::null_mut(), Ordering::Release);
+        // Without the driver function behind the hook, never substitute.
+        assert_eq!(route_proc("cuMemAlloc", internal, 3020, 0), internal);
+    }
+
+    /// The name-and-version rule agrees with the map generated from
+    /// NVIDIA's headers for every cudart request of a hooked name.
+    #[test]
+    fn version_rule_matches_the_headers_map() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../conformance/data/cudart-12.9-procaddress-expected.txt");
+        let text = std::fs::read_to_string(&p).expect("conformance/data map");
+        let mut checked = 0;
+        for l in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let f: Vec<&str> = l.split('|').collect();
+            let (name, ver, flags, export) = (
+                f[0],
+                f[1].parse::<i32>().unwrap(),
+                f[2].parse::<u64>().unwrap(),
+                f[3],
+            );
+            if !cuda::TABLE.iter().any(|h| h.base == name) {
+                continue;
+            }
+            let got = select(name, ver, flags).map(|h| h.name);
+            let hooked = cuda::TABLE.iter().any(|h| h.name == export);
+            assert_eq!(got, hooked.then_some(export), "{l}");
+            checked += 1;
+        }
+        assert!(checked >= 25, "only {checked} hooked requests in the map");
     }
 }
