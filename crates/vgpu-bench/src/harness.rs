@@ -105,6 +105,13 @@ pub struct WorkerRecord {
     pub return_offset_ms: Option<f64>,
     /// user + system CPU time of the whole worker process.
     pub cpu_ms: Option<f64>,
+    /// CPU time (all threads) from exec to ready: loader, interposer
+    /// setup, resolving `cuInit`.
+    pub cpu_before_ms: Option<f64>,
+    /// CPU time (all threads) inside the measured calls.
+    pub call_cpu_ms: Option<f64>,
+    /// CPU time from return to exit (holding, then teardown).
+    pub cpu_after_ms: Option<f64>,
     pub t_ready_ns: u64,
     pub t_released_ns: u64,
     pub t_entry_ns: u64,
@@ -137,6 +144,8 @@ pub struct RunSummary {
     pub release_spread_ms: Option<f64>,
     /// Summed user+system time of all workers.
     pub cpu_ms_total: f64,
+    /// Summed CPU time inside the measured calls.
+    pub call_cpu_ms_total: f64,
     pub failures: BTreeMap<String, usize>,
     pub then: &'static str,
     pub resolve: &'static str,
@@ -415,6 +424,14 @@ fn record(
         init_ms: span(s.t_entry, s.t_init_return),
         return_offset_ms: if done { rel(s.t_return) } else { None },
         cpu_ms: exit.map(|e| (e.utime_us + e.stime_us) as f64 / 1e3),
+        cpu_before_ms: (s.cpu_ready_ns != 0).then(|| ms(s.cpu_ready_ns)),
+        call_cpu_ms: span(s.cpu_entry_ns, s.cpu_return_ns),
+        cpu_after_ms: match (exit, done && s.cpu_return_ns != 0) {
+            (Some(e), true) => {
+                Some(((e.utime_us + e.stime_us) as f64 / 1e3 - ms(s.cpu_return_ns)).max(0.0))
+            }
+            _ => None,
+        },
         t_ready_ns: s.t_ready,
         t_released_ns: s.t_released,
         t_entry_ns: s.t_entry,
@@ -527,6 +544,7 @@ fn summarize(
         .filter_map(|r| r.release_offset_ms)
         .reduce(f64::max);
     let cpu_ms_total = records.iter().filter_map(|r| r.cpu_ms).sum();
+    let call_cpu_ms_total = records.iter().filter_map(|r| r.call_cpu_ms).sum();
 
     // Ranked workers for the phase composition.
     let mut ranked: Vec<&WorkerRecord> = ok
@@ -571,6 +589,7 @@ fn summarize(
         wall_ms,
         release_spread_ms,
         cpu_ms_total,
+        call_cpu_ms_total,
         failures,
         then: cfg.then.as_str(),
         resolve: cfg.resolve.as_str(),

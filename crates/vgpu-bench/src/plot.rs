@@ -99,7 +99,7 @@ pub fn svg(rep: &SweepReport) -> String {
     let _ = writeln!(
         o,
         r##"<text x="20" y="40" fill="#555">{} · rev {} · {} CPUs</text>"##,
-        esc(&rep.header.command),
+        esc(&rep.header.command.chars().take(150).collect::<String>()),
         esc(&rep.header.revision),
         rep.header.cpus
     );
@@ -151,7 +151,7 @@ pub fn svg(rep: &SweepReport) -> String {
             );
         }
         for (mi, mode) in modes.iter().enumerate() {
-            let Some(run) = rep.runs_of(mode).last().copied() else {
+            let Some(run) = rep.representative(mode) else {
                 continue;
             };
             let mut lat: Vec<f64> = run
@@ -308,10 +308,10 @@ pub fn svg(rep: &SweepReport) -> String {
         o,
         r#"<text x="20" y="{by}" font-weight="bold">phase composition of the p50 / p95 / p99 / max worker at the largest N (each mode on its own scale)</text>"#
     );
-    let bx = 160.0;
-    let bw = 900.0;
+    let bx = 210.0;
+    let bw = 850.0;
     for (mi, mode) in modes.iter().enumerate() {
-        let Some(run) = rep.runs_of(mode).last().copied() else {
+        let Some(run) = rep.representative(mode) else {
             continue;
         };
         let top = by + 20.0 + mi as f64 * 110.0;

@@ -96,6 +96,24 @@ impl SweepReport {
         v
     }
 
+    /// The run of `mode` at its largest N whose p99 is the median
+    /// (nearest-rank) of that N's repeats: what the composition and the plot
+    /// show.
+    pub fn representative(&self, mode: &str) -> Option<&Run> {
+        let runs = self.runs_of(mode);
+        let n = runs.last()?.result.summary.workers;
+        let mut at: Vec<&Run> = runs
+            .into_iter()
+            .filter(|r| r.result.summary.workers == n)
+            .collect();
+        at.sort_by(|a, b| {
+            let k = |r: &Run| r.result.summary.p99_ms.unwrap_or(f64::INFINITY);
+            k(a).total_cmp(&k(b))
+        });
+        let i = stats::nearest_rank_index(at.len(), 50.0)?;
+        Some(at[i])
+    }
+
     pub fn total_failed(&self) -> usize {
         self.runs.iter().map(|r| r.result.summary.failed).sum()
     }
@@ -171,13 +189,13 @@ pub fn text(rep: &SweepReport) -> String {
         o,
         "# failed workers are counted, never part of a percentile"
     );
-    let _ = writeln!(o, "# wall = broadcast release to the last worker's return; cpu = summed user+sys of all workers");
+    let _ = writeln!(o, "# wall = broadcast release to the last worker's return; cpu = summed user+sys of all workers; call_cpu = summed CPU time (all threads) inside the measured calls");
     for mode in rep.modes() {
         let _ = writeln!(o);
         let _ = writeln!(o, "mode {mode}");
         let _ = writeln!(
             o,
-            "  {:>7} {:>3} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}  failures",
+            "  {:>7} {:>3} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}  failures",
             "workers",
             "rep",
             "ok",
@@ -188,7 +206,8 @@ pub fn text(rep: &SweepReport) -> String {
             "max_ms",
             "mean_ms",
             "wall_ms",
-            "cpu_ms"
+            "cpu_ms",
+            "call_cpu"
         );
         for r in rep.runs_of(&mode) {
             let s = &r.result.summary;
@@ -199,7 +218,7 @@ pub fn text(rep: &SweepReport) -> String {
                 .collect();
             let _ = writeln!(
                 o,
-                "  {:>7} {:>3} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10.1}  {}",
+                "  {:>7} {:>3} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10.1} {:>9.1}  {}",
                 s.workers,
                 r.repeat,
                 s.ok,
@@ -211,6 +230,7 @@ pub fn text(rep: &SweepReport) -> String {
                 f(s.mean_ms),
                 f(s.wall_ms),
                 s.cpu_ms_total,
+                s.call_cpu_ms_total,
                 if fails.is_empty() {
                     "-".into()
                 } else {
@@ -225,10 +245,15 @@ pub fn text(rep: &SweepReport) -> String {
                 fit.intercept_ms, fit.slope_ms_per_process, fit.r2, fit.points
             );
         }
-        // Phase composition and region counts of the largest run of the mode.
-        if let Some(r) = rep.runs_of(&mode).last() {
+        // Phase composition and region counts of the representative run at
+        // the largest N (median p99 over its repeats).
+        if let Some(r) = rep.representative(&mode) {
             let res = &r.result;
-            let _ = writeln!(o, "  phase composition at N={} (ms):", res.summary.workers);
+            let _ = writeln!(
+                o,
+                "  phase composition at N={} (repeat {}, the median p99 of its repeats) (ms):",
+                res.summary.workers, r.repeat
+            );
             for c in &res.compositions {
                 let segs: Vec<String> = c
                     .segments
@@ -359,7 +384,7 @@ pub fn raw_csv(rep: &SweepReport) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
-        "mode,workers,repeat,index,pid,ok,reason,exit_code,signal,init_result,then_result,state,resolve_ms,release_offset_ms,latency_ms,init_ms,return_offset_ms,cpu_ms,t_ready_ns,t_released_ns,t_entry_ns,t_init_return_ns,t_return_ns,identity_tier,fallbacks,post_init_waits,phases_monotonic"
+        "mode,workers,repeat,index,pid,ok,reason,exit_code,signal,init_result,then_result,state,resolve_ms,release_offset_ms,latency_ms,init_ms,return_offset_ms,cpu_ms,cpu_before_ms,call_cpu_ms,cpu_after_ms,t_ready_ns,t_released_ns,t_entry_ns,t_init_return_ns,t_return_ns,identity_tier,fallbacks,post_init_waits,phases_monotonic"
     );
     for p in PHASE_NAMES {
         let _ = write!(o, ",{p}_ns");
@@ -375,7 +400,7 @@ pub fn raw_csv(rep: &SweepReport) -> String {
                 .replace([',', '"', '\n'], " ");
             let _ = write!(
                 o,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 r.result.summary.mode,
                 r.result.summary.workers,
                 r.repeat,
@@ -394,6 +419,9 @@ pub fn raw_csv(rep: &SweepReport) -> String {
                 opt(w.init_ms.map(|v| format!("{v:.6}"))),
                 opt(w.return_offset_ms.map(|v| format!("{v:.6}"))),
                 opt(w.cpu_ms.map(|v| format!("{v:.3}"))),
+                opt(w.cpu_before_ms.map(|v| format!("{v:.3}"))),
+                opt(w.call_cpu_ms.map(|v| format!("{v:.3}"))),
+                opt(w.cpu_after_ms.map(|v| format!("{v:.3}"))),
                 w.t_ready_ns,
                 w.t_released_ns,
                 w.t_entry_ns,

@@ -22,7 +22,9 @@ pub const STATE_ENTERED: u32 = 3;
 /// Worker wrote its results (they may still be driver errors).
 pub const STATE_DONE: u32 = 4;
 
-/// One worker's results. Timestamps are CLOCK_MONOTONIC ns (0 = not reached).
+/// One worker's results. Timestamps are CLOCK_MONOTONIC ns (0 = not reached);
+/// `cpu_*` are the worker process's CPU time (all threads,
+/// CLOCK_PROCESS_CPUTIME_ID) at that point.
 #[repr(C, align(64))]
 #[derive(Default)]
 pub struct ResultSlot {
@@ -39,9 +41,12 @@ pub struct ResultSlot {
     pub t_entry: AtomicU64,
     pub t_init_return: AtomicU64,
     pub t_return: AtomicU64,
+    pub cpu_ready_ns: AtomicU64,
+    pub cpu_entry_ns: AtomicU64,
+    pub cpu_return_ns: AtomicU64,
 }
 
-const _: () = assert!(std::mem::size_of::<ResultSlot>() == 64);
+const _: () = assert!(std::mem::size_of::<ResultSlot>() == 128);
 
 /// A plain copy of one slot, read after the worker finished.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,6 +61,9 @@ pub struct SlotCopy {
     pub t_entry: u64,
     pub t_init_return: u64,
     pub t_return: u64,
+    pub cpu_ready_ns: u64,
+    pub cpu_entry_ns: u64,
+    pub cpu_return_ns: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,8 +172,17 @@ impl ResultTable {
             t_entry: s.t_entry.load(Ordering::Relaxed),
             t_init_return: s.t_init_return.load(Ordering::Relaxed),
             t_return: s.t_return.load(Ordering::Relaxed),
+            cpu_ready_ns: s.cpu_ready_ns.load(Ordering::Relaxed),
+            cpu_entry_ns: s.cpu_entry_ns.load(Ordering::Relaxed),
+            cpu_return_ns: s.cpu_return_ns.load(Ordering::Relaxed),
         })
     }
+}
+
+/// CPU time of this process (all threads) in nanoseconds.
+pub fn process_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock the interposer's phase

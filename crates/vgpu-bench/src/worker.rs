@@ -236,6 +236,8 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
     slot.resolve_ns
         .store(slots::monotonic_ns() - t0, Ordering::Relaxed);
 
+    slot.cpu_ready_ns
+        .store(slots::process_cpu_ns(), Ordering::Relaxed);
     slot.t_ready.store(slots::monotonic_ns(), Ordering::Relaxed);
     slot.state.store(slots::STATE_READY, Ordering::Release);
     ready
@@ -261,6 +263,8 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
         std::process::abort();
     }
 
+    slot.cpu_entry_ns
+        .store(slots::process_cpu_ns(), Ordering::Relaxed);
     slot.t_entry.store(slots::monotonic_ns(), Ordering::Relaxed);
     slot.state.store(slots::STATE_ENTERED, Ordering::Release);
     let r = api.cu_init();

@@ -205,6 +205,7 @@ fn json_schema_is_stable() {
             "wall_ms",
             "release_spread_ms",
             "cpu_ms_total",
+            "call_cpu_ms_total",
             "failures",
             "then",
             "resolve",
@@ -228,6 +229,9 @@ fn json_schema_is_stable() {
             "init_ms",
             "return_offset_ms",
             "cpu_ms",
+            "cpu_before_ms",
+            "call_cpu_ms",
+            "cpu_after_ms",
             "t_ready_ns",
             "t_released_ns",
             "t_entry_ns",
@@ -244,7 +248,14 @@ fn json_schema_is_stable() {
     assert_eq!(run["summary"]["workers"], 2);
     assert_eq!(run["summary"]["ok"], 2, "{run}");
     // The raw CSV has a header plus one line per worker.
-    assert_eq!(report::raw_csv(&rep).lines().count(), 3);
+    let csv = report::raw_csv(&rep);
+    assert_eq!(csv.lines().count(), 3);
+    let cols = |l: &str| l.split(',').count();
+    let head = csv.lines().next().unwrap();
+    assert!(
+        csv.lines().all(|l| cols(l) == cols(head)),
+        "ragged CSV:\n{csv}"
+    );
 }
 
 #[test]
