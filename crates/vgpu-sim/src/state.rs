@@ -389,9 +389,26 @@ impl State {
             .collect()
     }
 
-    /// Append a kernel interval on `dev`.
+    /// Record a kernel interval on `dev`. Back-to-back work of one process
+    /// extends its latest entry instead of taking a new one, so the ring
+    /// covers the NVML window even for very short kernels.
     pub fn record_kernel(&self, dev: usize, host_pid: u32, start_ns: u64, end_ns: u64) {
         let Some(d) = self.device(dev) else { return };
+        let head = d.kernel_head.load(Ordering::Acquire);
+        if head > 0 {
+            let last = self.kernel_rec(dev, (head - 1) as usize);
+            // Ours, complete, and ending exactly where this one starts: the
+            // CAS on `end_ns` keeps a racing extender from losing time.
+            if last.seq.load(Ordering::Acquire) == head
+                && last.host_pid.load(Ordering::Relaxed) == host_pid
+                && last
+                    .end_ns
+                    .compare_exchange(start_ns, end_ns, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
         let idx = d.kernel_head.fetch_add(1, Ordering::AcqRel);
         let r = self.kernel_rec(dev, idx as usize);
         r.seq.store(0, Ordering::Release);
@@ -465,6 +482,17 @@ mod tests {
         assert!(o.device(2).is_none());
         s.record_kernel(0, 7, 10, 20);
         assert_eq!(o.kernels(0, 0, 100), vec![(7, 10, 20)]);
+        // Back-to-back work of one process extends its entry; a gap or
+        // another process starts a new one.
+        s.record_kernel(0, 7, 20, 30);
+        assert_eq!(o.kernels(0, 0, 100), vec![(7, 10, 30)]);
+        s.record_kernel(0, 8, 30, 40);
+        s.record_kernel(0, 8, 45, 50);
+        assert_eq!(
+            o.kernels(0, 0, 100),
+            vec![(8, 45, 50), (8, 30, 40), (7, 10, 30)]
+        );
+        assert_eq!(o.kernels(0, 41, 44), vec![]);
         s.record_retain(7, 0, 1, 2);
         assert_eq!(o.retains(), vec![(7, 0, 1, 2)]);
         // A wrong file is refused with a reason.

@@ -460,3 +460,82 @@ fn daemon_binary_serves_and_stops_on_sigterm() {
     assert!(d.wait().unwrap().success());
     assert!(!m.join("sock").exists(), "socket removed on SIGTERM");
 }
+
+#[test]
+fn bogus_handles_are_errors_not_crashes() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let lines = run(&sim, &["init", "retain", "0", "bogus"]);
+    let got: HashMap<String, u32> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("bogus ")?.split(' ');
+            Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+        })
+        .collect();
+    let want = [
+        ("cuCtxSetCurrent", 201),
+        ("cuCtxDestroy_v2", 201),
+        ("cuMemFree_v2", 1),
+        ("cuMemRelease", 1),
+        ("cuStreamSynchronize", 400),
+        ("cuStreamDestroy_v2", 400),
+        ("cuEventRecord", 400),
+        ("cuEventDestroy_v2", 400),
+        ("cuModuleUnload", 400),
+        ("cuArrayDestroy", 400),
+        ("cuMipmappedArrayDestroy", 400),
+        ("cuGraphLaunch", 1),
+        ("cuGraphExecDestroy", 1),
+        ("cuGraphDestroy", 1),
+        ("nvmlDeviceGetName", 2),
+    ];
+    for (name, code) in want {
+        assert_eq!(got.get(name), Some(&code), "{name}: {lines:?}");
+    }
+}
+
+#[test]
+fn without_a_daemon_init_fails_cleanly() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let empty = tempfile::tempdir().unwrap();
+    let mut env = sim.env();
+    env.retain(|(k, _)| k != "VGPU_SIM_DIR");
+    let out = Command::new(PROBE)
+        .arg("init")
+        .envs(env)
+        .env("VGPU_SIM_DIR", empty.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stdout.contains("CUDA_ERROR_NO_DEVICE"), "{stdout}");
+    assert!(
+        stderr.contains(
+            "[vgpu-sim] cuInit: cannot reach the simulated machine: no vgpu-sim daemon at"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_daemon_survives_garbage_and_hangups() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let sock = sim.dir().join("sock");
+    // A client that connects and hangs up at once.
+    drop(UnixStream::connect(&sock).unwrap());
+    // One that sends junk gets a "bad request" reply.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(b"GARBAGE!").unwrap();
+    let mut rep = [0u8; 16];
+    s.read_exact(&mut rep).unwrap();
+    assert_eq!(&rep[..4], b"VSIM");
+    assert_eq!(u32::from_le_bytes(rep[4..8].try_into().unwrap()), 3);
+    // And the machine still works.
+    assert_eq!(
+        run(&sim, &["init", "retain", "0", "alloc", "1"]),
+        vec!["alloc ok".to_string()]
+    );
+}

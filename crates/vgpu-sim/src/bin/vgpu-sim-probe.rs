@@ -15,6 +15,7 @@
 //! sleep MS
 //! nvml-procs D              print `proc <pid> <bytes>` per compute process
 //! nvml-util D               print `util <gpu%>` and `putil <pid> <sm%>` lines
+//! bogus                     call entries with made-up handles: `bogus <entry> <code>`
 //! ```
 use std::io::Write;
 use std::process::ExitCode;
@@ -151,6 +152,49 @@ mod ffi {
             // SAFETY: no arguments.
             check(unsafe { sync() }, "cuCtxSynchronize")?;
             Ok(n)
+        }
+    }
+
+    impl Cuda {
+        /// Call a one- or two-argument entry whose arguments are all
+        /// handles or device pointers (pointer-sized) with `args`.
+        pub fn raw(&self, name: &str, args: &[usize]) -> Res<u32> {
+            let sym = format!("{name}\0");
+            let r = match args {
+                [a] => {
+                    let f = self.sym::<unsafe extern "C" fn(usize) -> CUresult>(sym.as_bytes())?;
+                    // SAFETY: the named entry takes one pointer-sized
+                    // handle (or CUdeviceptr / u64 handle): same ABI.
+                    unsafe { f(*a) }
+                }
+                [a, b] => {
+                    let f =
+                        self.sym::<unsafe extern "C" fn(usize, usize) -> CUresult>(sym.as_bytes())?;
+                    // SAFETY: as above, two pointer-sized handles.
+                    unsafe { f(*a, *b) }
+                }
+                _ => return Err("raw: 1 or 2 arguments".into()),
+            };
+            Ok(r.0)
+        }
+    }
+
+    impl Nvml {
+        /// `nvmlDeviceGetName` on a made-up handle.
+        pub fn bogus_name(&self) -> Res<u32> {
+            type F = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
+            let f = self.sym::<F>(b"nvmlDeviceGetName")?;
+            let mut buf = [0 as c_char; 96];
+            // SAFETY: `buf` holds 96 bytes; the handle is deliberately bogus
+            // and must be rejected, not dereferenced.
+            let r = unsafe {
+                f(
+                    nvmlDevice_t(0xdead_beef as *mut c_void),
+                    buf.as_mut_ptr(),
+                    96,
+                )
+            };
+            Ok(r.0)
         }
     }
 
@@ -338,6 +382,35 @@ fn run() -> Result<(), String> {
                 for (pid, sm) in per {
                     println!("putil {pid} {sm}");
                 }
+            }
+            "bogus" => {
+                let c = cuda.as_ref().ok_or("init first")?;
+                const JUNK: usize = 0xdead_beef;
+                for (name, args) in [
+                    ("cuCtxSetCurrent", vec![JUNK]),
+                    ("cuCtxDestroy_v2", vec![JUNK]),
+                    ("cuMemFree_v2", vec![0x1234]),
+                    ("cuMemRelease", vec![12345]),
+                    ("cuStreamSynchronize", vec![JUNK]),
+                    ("cuStreamDestroy_v2", vec![JUNK]),
+                    ("cuEventRecord", vec![JUNK, 0]),
+                    ("cuEventDestroy_v2", vec![JUNK]),
+                    ("cuModuleUnload", vec![JUNK]),
+                    ("cuArrayDestroy", vec![JUNK]),
+                    ("cuMipmappedArrayDestroy", vec![JUNK]),
+                    ("cuGraphLaunch", vec![JUNK, 0]),
+                    ("cuGraphExecDestroy", vec![JUNK]),
+                    ("cuGraphDestroy", vec![JUNK]),
+                ] {
+                    println!("bogus {name} {}", c.raw(name, &args)?);
+                }
+                if nvml.is_none() {
+                    nvml = Some(ffi::Nvml::load()?);
+                }
+                println!(
+                    "bogus nvmlDeviceGetName {}",
+                    nvml.as_ref().expect("loaded").bogus_name()?
+                );
             }
             other => return Err(format!("unknown step `{other}`")),
         }
