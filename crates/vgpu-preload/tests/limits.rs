@@ -229,3 +229,94 @@ fn fork_after_init_child_registers_as_itself() {
     r.reclaim_dead();
     assert_eq!(r.live_slots(), 0);
 }
+
+#[test]
+fn threads_of_one_process_share_the_budget_exactly() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let env = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "96m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let out = run(
+        &c_program("limits"),
+        &["threads", &(96 * MIB).to_string()],
+        &env,
+    );
+    assert_passed(&out);
+}
+
+#[test]
+fn an_unusable_region_file_is_reported_and_the_process_runs() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    std::fs::write(&cache, vec![0x5au8; 8192]).unwrap();
+    let out = run(
+        &c_program("limits"),
+        &["view"],
+        &env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("NOT enforced"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains(&cache.display().to_string()),
+        "the line names the file: {stderr}"
+    );
+    // The file is left as it was (nothing is lost or overwritten).
+    assert_eq!(std::fs::read(&cache).unwrap(), vec![0x5au8; 8192]);
+}
+
+#[test]
+fn non_cuda_programs_are_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let mut e = vec![
+        ("LD_PRELOAD".to_string(), libvgpu().display().to_string()),
+        ("CUDA_DEVICE_MEMORY_LIMIT".to_string(), "1g".to_string()),
+        (
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE".to_string(),
+            cache.display().to_string(),
+        ),
+        ("LIBCUDA_LOG_LEVEL".to_string(), "4".to_string()),
+    ];
+    let out = run(
+        std::path::Path::new("sh"),
+        &["-c", "echo hello; ls / >/dev/null"],
+        &e,
+    );
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "not a word from the library"
+    );
+    assert!(
+        !cache.exists(),
+        "no region for a process that never used CUDA"
+    );
+    // Python resolves many symbols through dlsym at start-up.
+    e.retain(|(k, _)| k != "LIBCUDA_LOG_LEVEL");
+    let out = run(
+        std::path::Path::new("python3"),
+        &["-c", "import ctypes, json; print(json.dumps([1]))"],
+        &e,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[1]\n");
+}

@@ -10,6 +10,8 @@
  *                          refused, print the total, hold until stdin EOF
  *   limits fork CHUNK      allocate, fork; the child allocates on its own
  *   limits view            cuMemGetInfo/cuDeviceTotalMem per device, NVML view
+ *   limits threads LIMIT   8 threads allocate and free concurrently; the
+ *                          ledger never passes the limit and ends at zero
  *
  * Usage is measured through the direct cuMemGetInfo_v2 (used = total -
  * free, the container's ledger as the interposer presents it).
@@ -22,6 +24,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvml.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -354,6 +357,63 @@ static void forked(size_t chunk) {
     OK_CU(cuMemFree, d);
 }
 
+static size_t g_limit;
+static volatile int g_over;
+static size_t g_held, g_ooms;
+
+/* Each thread adds what it holds after a granted allocation and takes it
+ * off before freeing, so g_held never exceeds what the ledger admitted:
+ * over the limit means the admission over-committed. */
+static void *churn(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    CUcontext ctx = NULL;
+    cuDevicePrimaryCtxRetain(&ctx, 0);
+    cuCtxSetCurrent(ctx);
+    CUdeviceptr held[16] = {0};
+    size_t size[16] = {0};
+    for (int i = 0; i < 4000; i++) {
+        int k = (int)(rand_r(&seed) % 16);
+        if (held[k]) {
+            __atomic_sub_fetch(&g_held, size[k], __ATOMIC_SEQ_CST);
+            if (cuMemFree(held[k]) != CUDA_SUCCESS)
+                g_over = 2;
+            held[k] = 0;
+        } else {
+            size_t n = (1 + rand_r(&seed) % 8) * MiB;
+            CUresult r = cuMemAlloc(&held[k], n);
+            if (r == CUDA_SUCCESS) {
+                size[k] = n;
+                if (__atomic_add_fetch(&g_held, n, __ATOMIC_SEQ_CST) > g_limit)
+                    g_over = 1;
+            } else {
+                held[k] = 0;
+                if (r == CUDA_ERROR_OUT_OF_MEMORY)
+                    __atomic_add_fetch(&g_ooms, 1, __ATOMIC_SEQ_CST);
+                else
+                    g_over = 3;
+            }
+        }
+    }
+    for (int k = 0; k < 16; k++)
+        if (held[k])
+            cuMemFree(held[k]);
+    cuDevicePrimaryCtxRelease(0);
+    return NULL;
+}
+
+static void threads(size_t limit) {
+    g_limit = limit;
+    size_t base = used_now();
+    pthread_t t[8];
+    for (uintptr_t i = 0; i < 8; i++)
+        pthread_create(&t[i], NULL, churn, (void *)(i + 1));
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    CHECK(g_over == 0, "held memory never passed the limit, no call failed oddly (%d)", g_over);
+    CHECK(g_ooms > 0, "the threads pressed against the limit (%zu refusals)", g_ooms);
+    CHECK(used_now() == base, "everything released (%zu left)", used_now() - base);
+}
+
 static void view(void) {
     int n = 0;
     cuDeviceGetCount(&n);
@@ -409,6 +469,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     g_cuda = dlopen("libcuda.so.1", RTLD_NOW);
     *(void **)&pGetProc = dlsym(g_cuda, "cuGetProcAddress_v2");
+    if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "libvgpu"))
+        CHECK(is_ours((void *)pGetProc), "dlsym(cuGetProcAddress_v2) is the hook (%s)", obj_of((void *)pGetProc));
     if (!OK_CU(cuInit, 0))
         return finish();
     if (!strcmp(argv[1], "view")) {
@@ -426,6 +488,8 @@ int main(int argc, char **argv) {
         fill(arg);
     else if (!strcmp(argv[1], "grab"))
         grab(arg);
+    else if (!strcmp(argv[1], "threads"))
+        threads(arg);
     else if (!strcmp(argv[1], "fork"))
         forked(arg);
     else {
