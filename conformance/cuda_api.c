@@ -502,6 +502,26 @@ static void test_launch(void) {
     OK_CU(cuStreamSynchronize, s);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel, fn, 0, 1, 1, 1, 1, 1, 0, s, args, NULL);
 
+    /* The sim's kernel model: at most SM-count blocks per wave, kernels of
+     * one stream in order. One wave, then two waves, of 1 ms blocks take at
+     * least 3 ms of device time. (A lower bound only: a busy host can only
+     * add time. Sim only: a real GPU runs many blocks per SM at once.) */
+    if (getenv("VGPU_SIM_DIR")) {
+        int sms = 0;
+        CU(cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0);
+        uint64_t one_ms = 1000000;
+        void *a1[] = {&one_ms};
+        OK_CU(cuEventRecord, e0, s);
+        OK_CU(cuLaunchKernel, fn, (unsigned)sms, 1, 1, 128, 1, 1, 0, s, a1, NULL);
+        OK_CU(cuLaunchKernel, fn, (unsigned)sms + 1, 1, 1, 128, 1, 1, 0, s, a1, NULL);
+        OK_CU(cuEventRecord, e1, s);
+        OK_CU(cuEventSynchronize, e1);
+        ms = -1;
+        if (OK_CU(cuEventElapsedTime, &ms, e0, e1))
+            CHECK(ms >= 2.999f, "%d + %d blocks of 1 ms in one stream: %.3f ms >= 3 waves", sms,
+                  sms + 1, ms);
+    }
+
     CUgraph g = NULL;
     if (OK_CU(cuGraphCreate, &g, 0)) {
         CUDA_KERNEL_NODE_PARAMS np;
