@@ -185,6 +185,18 @@ pub struct RunResult {
     pub workers: Vec<WorkerRecord>,
 }
 
+/// `e: source: source…` on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -340,7 +352,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, HarnessError> {
 
     // Every surviving worker still holds its region slot here.
     let snapshot = match &cfg.mode {
-        Mode::Vgpu { .. } => Some(region_view::snapshot(&region_path).map_err(|e| e.to_string())),
+        Mode::Vgpu { .. } => Some(region_view::snapshot(&region_path).map_err(|e| error_chain(&e))),
         _ => None,
     };
     drop(hold_w);

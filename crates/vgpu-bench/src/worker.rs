@@ -276,6 +276,8 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
     }
     slot.t_return
         .store(slots::monotonic_ns(), Ordering::Relaxed);
+    slot.cpu_return_ns
+        .store(slots::process_cpu_ns(), Ordering::Relaxed);
     slot.init_result.store(r, Ordering::Relaxed);
     slot.then_result.store(then_r, Ordering::Relaxed);
     slot.state.store(slots::STATE_DONE, Ordering::Release);

@@ -100,6 +100,18 @@ fn every_worker_is_accounted_for_and_a_crash_is_counted_but_not_timed() {
         assert!(w.t_ready_ns <= w.t_released_ns && w.t_released_ns <= w.t_entry_ns);
         assert!(w.t_entry_ns <= w.t_init_return_ns && w.t_init_return_ns <= w.t_return_ns);
         assert!(w.cpu_ms.is_some());
+        let (before, call, after) = (
+            w.cpu_before_ms.unwrap(),
+            w.call_cpu_ms.unwrap(),
+            w.cpu_after_ms.unwrap(),
+        );
+        assert!(before > 0.0 && call >= 0.0 && after >= 0.0);
+        // The three parts never exceed the wait4 total (1 ms rusage rounding).
+        assert!(
+            before + call <= w.cpu_ms.unwrap() + 1.0,
+            "{before} + {call} vs {:?}",
+            w.cpu_ms
+        );
     }
     // The summary's percentiles are nearest-rank over the 15 ok workers only.
     let mut lat: Vec<f64> = res
