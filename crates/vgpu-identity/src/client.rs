@@ -191,9 +191,23 @@ pub fn query_broker_with(path: &Path, opts: &ClientOptions) -> Result<u32, Broke
     let deadline = start + opts.deadline.min(MAX_DEADLINE);
     check_endpoint(path, opts.trusted_uid)?;
     let fd = connect(path, deadline)?;
-    write_full(&fd, &codec::encode_request(Request::GET_PID), deadline)?;
     let mut buf = [0u8; RESPONSE_LEN];
-    read_full(&fd, &mut buf, deadline)?;
+    if let Err(e) = write_full(&fd, &codec::encode_request(Request::GET_PID), deadline) {
+        // A server may answer (BUSY, NO_PEER_PID) and close before reading
+        // the request; its answer is still queued for us. Prefer it.
+        let closed = matches!(
+            e,
+            BrokerError::Os {
+                source: Errno::PIPE | Errno::CONNRESET,
+                ..
+            }
+        );
+        if !closed || read_full(&fd, &mut buf, deadline).is_err() {
+            return Err(e);
+        }
+    } else {
+        read_full(&fd, &mut buf, deadline)?;
+    }
     // One frame per connection: anything already queued after it is junk.
     let mut extra = [0u8; 1];
     match rustix::net::recv(&fd, &mut extra, RecvFlags::DONTWAIT) {
