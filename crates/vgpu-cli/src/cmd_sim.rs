@@ -102,10 +102,14 @@ fn env(a: EnvArgs) -> anyhow::Result<ExitCode> {
                 dir.display()
             )
         }
-        Ok(pid) => eprintln!(
-            "vgpu sim: reusing the daemon (pid {pid}) at {}",
-            dir.display()
-        ),
+        Ok(pid) => {
+            eprintln!(
+                "vgpu sim: reusing the daemon (pid {pid}) at {}",
+                dir.display()
+            );
+            // Pick up a rebuild; running processes keep the files they have.
+            vgpu_sim::link_libs(&dir).context("linking the simulated driver libraries")?;
+        }
         Err(_) => {
             vgpu_sim::link_libs(&dir).context("linking the simulated driver libraries")?;
             if let Some(c) = &a.config {

@@ -190,9 +190,9 @@ impl Inner {
 pub struct Driver {
     pub m: Machine,
     pub inner: Mutex<Inner>,
-    /// Held across primary-context retain/release (including their cost),
-    /// like the real driver's per-device lock.
-    pub primary_lock: Mutex<()>,
+    /// Per device, held across primary-context retain/release (including
+    /// their cost), like the real driver's per-device lock.
+    pub primary_lock: Vec<Mutex<()>>,
 }
 
 static DRIVER: OnceLock<Arc<Driver>> = OnceLock::new();
@@ -265,7 +265,7 @@ pub fn init(flags: u32) -> R {
     let _ = DRIVER.set(Arc::new(Driver {
         m,
         inner: Mutex::new(inner),
-        primary_lock: Mutex::new(()),
+        primary_lock: (0..n).map(|_| Mutex::new(())).collect(),
     }));
     Ok(())
 }
@@ -401,7 +401,7 @@ impl Driver {
 
     pub fn primary_retain(&self, dev: i32) -> R<u64> {
         let dev = self.device(dev)?;
-        let _p = lock(&self.primary_lock);
+        let _p = lock(&self.primary_lock[dev]);
         let (cold, flags) = {
             let g = self.lock();
             let p = &g.primaries[dev];
@@ -443,7 +443,7 @@ impl Driver {
 
     pub fn primary_release(&self, dev: i32) -> R {
         let dev = self.device(dev)?;
-        let _p = lock(&self.primary_lock);
+        let _p = lock(&self.primary_lock[dev]);
         let mut g = self.lock();
         let p = &mut g.primaries[dev];
         if p.refcount == 0 {

@@ -11,10 +11,11 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
@@ -70,6 +71,14 @@ pub fn ctx_lock_path(dir: &Path) -> PathBuf {
     dir.join("ctx.lock")
 }
 
+/// An accepted connection whose request has not fully arrived.
+struct Pending {
+    conn: UnixStream,
+    buf: [u8; 8],
+    got: usize,
+    since: Instant,
+}
+
 /// A bound daemon, ready to `serve`.
 pub struct Daemon {
     dir: PathBuf,
@@ -105,6 +114,11 @@ impl Daemon {
         listener
             .set_nonblocking(true)
             .map_err(|source| DaemonError::Listen { path: sock, source })?;
+        // Any user's processes may use the machine (containers often run
+        // as another uid than the daemon).
+        for p in [state_path(dir), ctx_lock_path(dir), sock_path(dir)] {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666));
+        }
         let _ = std::fs::write(pid_path(dir), format!("{}\n", std::process::id()));
         Ok(Daemon {
             dir: dir.to_path_buf(),
@@ -115,11 +129,15 @@ impl Daemon {
     }
 
     /// Serve until a `Q` request, or until `stop` becomes readable (or hangs up).
+    ///
+    /// One thread, never blocked by a client: accepted connections wait in
+    /// the poll set until their request has arrived (or 2 s pass).
     pub fn serve(mut self, stop: Option<OwnedFd>) -> Result<(), DaemonError> {
+        let mut pending: Vec<Pending> = Vec::new();
         loop {
             let idxs: Vec<usize> = self.watched.keys().copied().collect();
-            let (listen_ready, stop_ready, dead) = {
-                let mut fds = Vec::with_capacity(idxs.len() + 2);
+            let (listen_ready, stop_ready, dead, readable) = {
+                let mut fds = Vec::with_capacity(idxs.len() + pending.len() + 2);
                 fds.push(PollFd::new(&self.listener, PollFlags::IN));
                 if let Some(s) = &stop {
                     fds.push(PollFd::new(s, PollFlags::IN));
@@ -127,21 +145,29 @@ impl Daemon {
                 for i in &idxs {
                     fds.push(PollFd::new(&self.watched[i], PollFlags::IN));
                 }
-                match poll(&mut fds, None) {
+                for p in &pending {
+                    fds.push(PollFd::new(&p.conn, PollFlags::IN));
+                }
+                let tick = rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000_000,
+                };
+                match poll(&mut fds, (!pending.is_empty()).then_some(&tick)) {
                     Ok(_) => {}
                     Err(rustix::io::Errno::INTR) => continue,
                     Err(e) => return Err(DaemonError::Poll(e.into())),
                 }
-                let listen_ready = !fds[0].revents().is_empty();
+                let ready = |k: usize| !fds[k].revents().is_empty();
                 let base = if stop.is_some() { 2 } else { 1 };
-                let stop_ready = stop.is_some() && !fds[1].revents().is_empty();
                 let dead: Vec<usize> = idxs
                     .iter()
                     .enumerate()
-                    .filter(|(k, _)| !fds[base + k].revents().is_empty())
+                    .filter(|(k, _)| ready(base + k))
                     .map(|(_, i)| *i)
                     .collect();
-                (listen_ready, stop_ready, dead)
+                let pbase = base + idxs.len();
+                let readable: Vec<bool> = (0..pending.len()).map(|k| ready(pbase + k)).collect();
+                (ready(0), stop.is_some() && ready(1), dead, readable)
             };
             for i in dead {
                 self.release(i);
@@ -149,19 +175,48 @@ impl Daemon {
             if stop_ready {
                 break;
             }
+            let mut quit = false;
+            let mut keep = Vec::with_capacity(pending.len());
+            for (mut p, r) in pending.into_iter().zip(readable) {
+                if r {
+                    match p.conn.read(&mut p.buf[p.got..]) {
+                        Ok(0) => continue,
+                        Ok(n) => p.got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => continue,
+                    }
+                    if p.got == p.buf.len() {
+                        quit |= self.handle(p.conn, p.buf);
+                        continue;
+                    }
+                }
+                // A client that connects and stalls is dropped, never waited on.
+                if p.since.elapsed() < Duration::from_secs(2) {
+                    keep.push(p);
+                }
+            }
+            pending = keep;
             if listen_ready {
-                let mut quit = false;
                 loop {
                     match self.listener.accept() {
-                        Ok((conn, _)) => quit |= self.handle(conn),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Ok((conn, _)) => {
+                            if conn.set_nonblocking(true).is_ok() {
+                                pending.push(Pending {
+                                    conn,
+                                    buf: [0; 8],
+                                    got: 0,
+                                    since: Instant::now(),
+                                });
+                            }
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         Err(_) => break,
                     }
                 }
-                if quit {
-                    break;
-                }
+            }
+            if quit {
+                break;
             }
         }
         let _ = std::fs::remove_file(sock_path(&self.dir));
@@ -169,16 +224,11 @@ impl Daemon {
         Ok(())
     }
 
-    /// One request. Returns true on an accepted quit.
-    fn handle(&mut self, mut conn: UnixStream) -> bool {
+    /// One complete request. Returns true on an accepted quit.
+    fn handle(&mut self, mut conn: UnixStream, req: [u8; 8]) -> bool {
+        // The 16-byte reply fits an empty socket buffer; never block long.
         let _ = conn.set_nonblocking(false);
-        // A client that connects and stalls cannot hold the daemon long.
-        let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
         let _ = conn.set_write_timeout(Some(Duration::from_millis(500)));
-        let mut req = [0u8; 8];
-        if conn.read_exact(&mut req).is_err() {
-            return false;
-        }
         let cred = match rustix::net::sockopt::socket_peercred(&conn) {
             Ok(c) => c,
             Err(_) => return false,

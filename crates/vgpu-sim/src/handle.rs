@@ -175,24 +175,35 @@ pub const LIB_LINKS: &[(&str, &[&str])] = &[
 ];
 
 /// Create `<dir>/lib/{libcuda.so.1,libcuda.so,libnvidia-ml.so.1,libnvidia-ml.so}`.
+///
+/// The built libraries are hard-linked (copied across filesystems) into
+/// `<dir>/lib` and the driver names are symlinks to those: a rebuild in
+/// `target/` then never changes a library under a running machine's
+/// processes, which would otherwise load a half-written file.
 pub fn link_libs(dir: &Path) -> Result<PathBuf, SimError> {
     let lib = dir.join("lib");
-    std::fs::create_dir_all(&lib).map_err(|source| SimError::Link {
-        link: lib.clone(),
-        target: lib.clone(),
+    let link_err = |link: &Path, target: &Path, source| SimError::Link {
+        link: link.to_path_buf(),
+        target: target.to_path_buf(),
         source,
-    })?;
+    };
+    std::fs::create_dir_all(&lib).map_err(|e| link_err(&lib, &lib, e))?;
     for (artifact, links) in LIB_LINKS {
         let target = locate_artifact(artifact)?;
-        let target = target.canonicalize().unwrap_or(target);
+        let local = lib.join(artifact);
+        // A fresh name each time: processes still using the old file keep it.
+        let tmp = lib.join(format!(".{artifact}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        if std::fs::hard_link(&target, &tmp).is_err() {
+            std::fs::copy(&target, &tmp).map_err(|e| link_err(&tmp, &target, e))?;
+        }
+        std::fs::rename(&tmp, &local).map_err(|e| link_err(&local, &tmp, e))?;
+        // rename(2) of two links to one file does nothing: drop the spare.
+        let _ = std::fs::remove_file(&tmp);
         for l in *links {
             let link = lib.join(l);
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&target, &link).map_err(|source| SimError::Link {
-                link: link.clone(),
-                target: target.clone(),
-                source,
-            })?;
+            std::os::unix::fs::symlink(artifact, &link).map_err(|e| link_err(&link, &local, e))?;
         }
     }
     Ok(lib)

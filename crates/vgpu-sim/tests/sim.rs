@@ -533,9 +533,24 @@ fn the_daemon_survives_garbage_and_hangups() {
     s.read_exact(&mut rep).unwrap();
     assert_eq!(&rep[..4], b"VSIM");
     assert_eq!(u32::from_le_bytes(rep[4..8].try_into().unwrap()), 3);
-    // And the machine still works.
+    // One that connects and says nothing holds no one up; one whose
+    // request arrives in pieces is served.
+    let _stalled = UnixStream::connect(&sock).unwrap();
+    let mut slow = UnixStream::connect(&sock).unwrap();
+    slow.write_all(b"VSIM").unwrap();
     assert_eq!(
         run(&sim, &["init", "retain", "0", "alloc", "1"]),
         vec!["alloc ok".to_string()]
+    );
+    slow.write_all(b"A\0\0\0").unwrap();
+    slow.read_exact(&mut rep).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(rep[4..8].try_into().unwrap()),
+        0,
+        "attach served"
+    );
+    assert_eq!(
+        u32::from_le_bytes(rep[8..12].try_into().unwrap()),
+        std::process::id()
     );
 }
