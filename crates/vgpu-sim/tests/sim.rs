@@ -554,3 +554,36 @@ fn the_daemon_survives_garbage_and_hangups() {
         std::process::id()
     );
 }
+
+#[test]
+fn many_killed_processes_are_all_released() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let mut probes: Vec<Probe> = (0..24)
+        .map(|_| {
+            Probe::spawn(
+                &sim,
+                &[],
+                &["init", "retain", "0", "alloc", "100", "ready", "wait"],
+            )
+        })
+        .collect();
+    for p in &mut probes {
+        p.expect("ready");
+    }
+    let state = sim.state().unwrap();
+    assert_eq!(state.used_bytes(0), 24 * 100 * MIB);
+    assert_eq!(nvml_procs(&sim).len(), 24);
+    for p in &mut probes {
+        p.child.kill().unwrap();
+    }
+    for p in probes {
+        let _ = p.finish();
+    }
+    wait_until("every record to be released", || state.used_bytes(0) == 0);
+    assert!(nvml_procs(&sim).is_empty());
+    assert!(
+        state.live_procs().is_empty(),
+        "records left: {:?}",
+        state.live_procs()
+    );
+}
