@@ -305,7 +305,7 @@ fn backoff(_attempt: u32, _salt: usize) {
 #[cfg(not(loom))]
 fn backoff(attempt: u32, salt: usize) {
     let spins = (1u32 << attempt.min(8))
-        + (crate::sync::jitter().wrapping_add(salt as u32 * 2654435761) % 64);
+        + (crate::sync::jitter().wrapping_add((salt as u32).wrapping_mul(2_654_435_761)) % 64);
     for _ in 0..spins {
         crate::sync::spin_loop();
     }
@@ -342,6 +342,7 @@ pub fn reserve<E: Env>(
     }
     let mut others = 0;
     for attempt in 0..ADMIT_ATTEMPTS {
+        env.step("reserve.before_add");
         sd.total.fetch_add(bytes, SeqCst);
         // Orders the add before the loads of the sum against every other
         // racer's fence (the store-buffering case): the SeqCst RMW alone
