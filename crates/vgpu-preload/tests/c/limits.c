@@ -360,6 +360,7 @@ static void forked(size_t chunk) {
 static size_t g_limit;
 static volatile int g_over;
 static size_t g_held, g_ooms;
+static pthread_barrier_t g_start;
 
 /* Each thread adds what it holds after a granted allocation and takes it
  * off before freeing, so g_held never exceeds what the ledger admitted:
@@ -371,6 +372,7 @@ static void *churn(void *arg) {
     cuCtxSetCurrent(ctx);
     CUdeviceptr held[16] = {0};
     size_t size[16] = {0};
+    pthread_barrier_wait(&g_start);
     for (int i = 0; i < 4000; i++) {
         int k = (int)(rand_r(&seed) % 16);
         if (held[k]) {
@@ -395,8 +397,10 @@ static void *churn(void *arg) {
         }
     }
     for (int k = 0; k < 16; k++)
-        if (held[k])
+        if (held[k]) {
+            __atomic_sub_fetch(&g_held, size[k], __ATOMIC_SEQ_CST);
             cuMemFree(held[k]);
+        }
     cuDevicePrimaryCtxRelease(0);
     return NULL;
 }
@@ -405,6 +409,7 @@ static void threads(size_t limit) {
     g_limit = limit;
     size_t base = used_now();
     pthread_t t[8];
+    pthread_barrier_init(&g_start, NULL, 8);
     for (uintptr_t i = 0; i < 8; i++)
         pthread_create(&t[i], NULL, churn, (void *)(i + 1));
     for (int i = 0; i < 8; i++)
