@@ -146,6 +146,7 @@ struct child {
     int procs;      /* processes its own /proc shows */
     int to, from;   /* its stdin (write end) and stdout (read end) */
     FILE *out;
+    char unshare_log[64]; /* unshare's own stderr (shown if it fails) */
 };
 
 static char self_exe[4096];
@@ -174,19 +175,45 @@ static pid_t child_of(pid_t parent) {
     return found;
 }
 
+static void show_unshare_log(struct child *c) {
+    if (!c->unshare_log[0])
+        return;
+    FILE *f = fopen(c->unshare_log, "r");
+    char buf[512];
+    size_t n;
+    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, stderr);
+    if (f)
+        fclose(f);
+}
+
 static int spawn(struct child *c, int in_ns, const char *mode, const char *arg) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
         die("pipe");
+    /* unshare's own complaints (e.g. util-linux's "sigprocmask unblock
+     * failed" after its child is SIGKILLed) go to a file, shown only if
+     * the worker never comes up; the worker keeps our stderr. */
+    char ulog[64] = "";
+    int ulog_fd = -1;
+    if (in_ns) {
+        snprintf(ulog, sizeof ulog, "/tmp/nvml_view-unshare.XXXXXX");
+        ulog_fd = mkstemp(ulog);
+        if (ulog_fd < 0)
+            die("mkstemp");
+    }
     pid_t pid = fork();
     if (pid < 0)
         die("fork");
     if (pid == 0) {
         dup2(in[0], 0);
         dup2(out[1], 1);
-        if (in_ns)
-            execlp("unshare", "unshare", "--pid", "--fork", "--mount-proc", self_exe, mode, arg,
-                   (char *)NULL);
+        if (in_ns) {
+            dup2(2, 3);
+            dup2(ulog_fd, 2);
+            execlp("unshare", "unshare", "--pid", "--fork", "--mount-proc", "/bin/sh", "-c",
+                   "exec 2>&3 3>&-; exec \"$0\" \"$@\"", self_exe, mode, arg, (char *)NULL);
+        }
         else
             execl(self_exe, self_exe, mode, arg, (char *)NULL);
         fprintf(stderr, "nvml_view: exec: %s\n", strerror(errno));
@@ -194,18 +221,21 @@ static int spawn(struct child *c, int in_ns, const char *mode, const char *arg) 
     }
     close(in[0]);
     close(out[1]);
+    if (ulog_fd >= 0)
+        close(ulog_fd);
     memset(c, 0, sizeof *c);
+    snprintf(c->unshare_log, sizeof c->unshare_log, "%s", ulog);
     c->pid = pid;
     c->hostpid = pid;
     c->to = in[1];
     c->from = out[0];
     c->out = fdopen(out[0], "r");
-    char line[256];
-    if (!c->out || !fgets(line, sizeof line, c->out))
-        return 0;
-    line[strcspn(line, "\n")] = 0;
-    if (sscanf(line, "READY %d %d", &c->inner_pid, &c->procs) < 1) {
-        fprintf(stderr, "nvml_view: %s worker said: %s\n", mode, line);
+    char line[256] = "";
+    if (!c->out || !fgets(line, sizeof line, c->out) ||
+        sscanf(line, "READY %d %d", &c->inner_pid, &c->procs) < 1) {
+        line[strcspn(line, "\n")] = 0;
+        fprintf(stderr, "nvml_view: %s worker did not start (it said: \"%s\")\n", mode, line);
+        show_unshare_log(c);
         return 0;
     }
     if (in_ns) {
@@ -235,6 +265,9 @@ static int reap(struct child *c) {
     if (c->out)
         fclose(c->out);
     c->out = NULL;
+    if (c->unshare_log[0])
+        unlink(c->unshare_log);
+    c->unshare_log[0] = 0;
     return st;
 }
 
