@@ -115,6 +115,49 @@ mod ffi {
             "zero: simulated cuMemAlloc_v2 + cuMemFree_v2: {:.0} ns per pair ({n} pairs, in-process)",
             t.elapsed().as_nanos() as f64 / n as f64
         );
+        type Load = unsafe extern "C" fn(*mut CUmodule, *const std::ffi::c_void) -> CUresult;
+        type GetF =
+            unsafe extern "C" fn(*mut CUfunction, CUmodule, *const std::ffi::c_char) -> CUresult;
+        type Launch = unsafe extern "C" fn(
+            CUfunction,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            CUstream,
+            *mut *mut std::ffi::c_void,
+            *mut *mut std::ffi::c_void,
+        ) -> CUresult;
+        // SAFETY: names and signatures as cuda.h declares them.
+        let (load, getf, launch) = unsafe {
+            (
+                lib.get::<Load>(b"cuModuleLoadData").expect("load"),
+                lib.get::<GetF>(b"cuModuleGetFunction").expect("getf"),
+                lib.get::<Launch>(b"cuLaunchKernel").expect("launch"),
+            )
+        };
+        let mut m = CUmodule::NULL;
+        let mut f = CUfunction::NULL;
+        // SAFETY: NUL-terminated image and name; local out-pointers.
+        unsafe {
+            assert!(
+                load(&mut m, c"vgpu-sim-kernel name=k block_ns=0".as_ptr().cast()).is_success()
+            );
+            assert!(getf(&mut f, m, c"k".as_ptr()).is_success());
+        }
+        let t = Instant::now();
+        for _ in 0..n {
+            let null = std::ptr::null_mut();
+            // SAFETY: a resolved function, no parameters.
+            let _ = unsafe { launch(f, 1, 1, 1, 1, 1, 1, 0, CUstream::NULL, null, null) };
+        }
+        println!(
+            "zero: simulated cuLaunchKernel (zero-time kernel): {:.0} ns per launch ({n} launches)",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
     }
 }
 
