@@ -198,7 +198,7 @@ pub fn svg(rep: &SweepReport) -> String {
     let (qx, qy, qw, qh) = (700.0, 70.0, 520.0, 260.0);
     let _ = writeln!(
         o,
-        r#"<text x="{qx}" y="{}" font-weight="bold">p99 latency against workers N (log y; dashed: least-squares fit)</text>"#,
+        r#"<text x="{qx}" y="{}" font-weight="bold">p99 against workers N (log y; line: median of repeats; dashed: least-squares fit)</text>"#,
         qy - 8.0
     );
     axes(&mut o, qx, qy, qw, qh);
@@ -258,10 +258,23 @@ pub fn svg(rep: &SweepReport) -> String {
                 .map(|p| (p.1, p.2))
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let line: Vec<String> = pts
-                .iter()
-                .map(|(n, p)| format!("{:.1},{:.1}", xm(*n), ay.map(*p)))
-                .collect();
+            // The line joins the median p99 of each N's repeats; every
+            // repeat is a dot.
+            let mut line: Vec<String> = Vec::new();
+            let mut i = 0;
+            while i < pts.len() {
+                let n = pts[i].0;
+                let mut at: Vec<f64> = pts[i..]
+                    .iter()
+                    .take_while(|p| p.0 == n)
+                    .map(|p| p.1)
+                    .collect();
+                i += at.len();
+                at.sort_by(f64::total_cmp);
+                if let Some(m) = crate::stats::nearest_rank(&at, 50.0) {
+                    line.push(format!("{:.1},{:.1}", xm(n), ay.map(m)));
+                }
+            }
             let _ = writeln!(
                 o,
                 r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
