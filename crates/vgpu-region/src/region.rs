@@ -331,11 +331,12 @@ impl Region {
         // Fast path, no lock: a ready region (the common case for every
         // process after the first).
         let (head, len) = read_head(&f, path)?;
-        if !unfinished(&head) && len >= HEADER_SIZE as u64 {
-            let info = parse_header(&head, len).map_err(fmt)?;
+        if let Ok(info) = parse_header(&head, len) {
             return Self::map_ready(f, path, &info);
         }
-        // Slow path: wait for (or become) the creator.
+        // Slow path: wait for (or become) the creator. A refusal is only
+        // final under the lock: a read racing a creator's stores (pread
+        // copies bytes in no promised order) may see a torn header.
         let lock = FileLock::acquire(&f, path, wait)?;
         let (head, len) = read_head(&f, path)?;
         if unfinished(&head) {

@@ -80,3 +80,36 @@ fn burst_of_256_registers_exactly_and_reclaims_to_zero() {
     assert_eq!(r.device_used(0), 0);
     assert_eq!(r.reclaim_dead(), 0);
 }
+
+#[test]
+fn concurrent_creators_initialize_exactly_once() {
+    const N: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..15 {
+        let path = dir.path().join(format!("region{round}"));
+        let mut gate = Gate::closed(&dir.path().join(format!("gate{round}")));
+        let ops = format!("gate:{},create:64:5000,register", gate.path.display());
+        let kids: Vec<_> = (0..N)
+            .map(|_| {
+                let mut c = worker();
+                c.arg("script").arg(&path).arg(&ops);
+                spawn(c)
+            })
+            .collect();
+        gate.open();
+        let mut pids = HashSet::new();
+        for k in kids {
+            pids.insert(k.id());
+            let out = k.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: {:?}", out);
+        }
+        // A second initialization would have wiped earlier claims.
+        let r = Region::open(&path).unwrap();
+        let snap = r.snapshot();
+        assert_eq!(snap.slots.len(), N, "round {round}");
+        assert!(pids.contains(&snap.header.creator_pid), "round {round}");
+        assert_eq!(snap.header.slot_count, 64);
+        assert_eq!(r.limits(0).mem, 5000);
+        assert_eq!(r.reclaim_dead(), N);
+    }
+}

@@ -110,6 +110,11 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
                         .0,
                 );
             }
+            "gate" => {
+                // Wait for the parent to release everyone at once.
+                let g = op.split_once(':').map(|x| x.1).ok_or("gate:<path>")?;
+                drop(flock_shared(g)?);
+            }
             "open" => r = Some(Region::open(path).map_err(|e| format!("{e}"))?),
             "register" => {
                 let s = reg(&r, op)?.register().map_err(|e| format!("{e}"))?;

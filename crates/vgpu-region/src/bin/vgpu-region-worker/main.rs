@@ -2,7 +2,7 @@
 //! feature under `cargo test`/`cargo bench`). One process per invocation:
 //!
 //! - `script REGION OPS`: comma-separated steps: `create:<slots>:<limit>`,
-//!   `open`, `register`, `reserve:<bytes>`, `release:<bytes>`, `reclaim`,
+//!   `gate:<path>` (wait for a shared flock), `open`, `register`, `reserve:<bytes>`, `release:<bytes>`, `reclaim`,
 //!   `unregister`, `die`. Prints `slot=N`, `reclaimed=N`, `refused`, `ok`.
 //! - `burst REGION GATE HOLD MODE`: open, wait on the GATE file's shared
 //!   flock (the parent holds it exclusively and releases everyone at once),
