@@ -155,6 +155,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut env = sim.env();
         env.extend(preload_env(&lib, &region, Some(&budget_s), None, &[]));
         env.push(("LIBVGPU_CONTEXT_MEMORY".into(), ctx.to_string()));
+        // The report says what was refused; keep the library's own
+        // warning lines out of it unless asked for.
+        if std::env::var_os("LIBCUDA_LOG_LEVEL").is_none() {
+            env.push(("LIBCUDA_LOG_LEVEL".into(), "1".into()));
+        }
         tenants.push(Tenant::spawn(name, target, &tenant, env, region)?);
     }
     let mut ok = true;
@@ -179,14 +184,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     println!(
         "  {:<6} {:>10} {:>10} {:>12}   {:<24} {:<24}",
-        "tenant", "asked", "granted", "refused at", "cuMemGetInfo total/free", "NVML total/used"
+        "tenant", "asked", "granted", "refused ask", "cuMemGetInfo total/free", "NVML total/used"
     );
     for t in &tenants {
         let refused = t.num("refused.bytes");
         let refused_s = if refused == 0 {
             "-".to_string()
         } else {
-            format!("+{}", gib(refused))
+            gib(refused)
         };
         println!(
             "  {:<6} {:>10} {:>10} {:>12}   {:<24} {:<24}",

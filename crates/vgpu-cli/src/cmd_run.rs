@@ -163,7 +163,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Driver::None => {
             let h = vgpu_sim::SimHandle::start(vgpu_sim::SimOptions::default())
                 .context("starting the simulated GPU")?;
-            eprintln!("vgpu: no NVIDIA driver found; running on a simulated GPU (vgpu-sim, a test double)");
+            if args.sim {
+                eprintln!("vgpu: --sim: running on a simulated GPU (vgpu-sim, a test double)");
+            } else {
+                eprintln!("vgpu: no NVIDIA driver found; running on a simulated GPU (vgpu-sim, a test double)");
+            }
             sim = Some(h);
         }
     }

@@ -36,9 +36,20 @@ pub fn current_dev(p: &Proc) -> u32 {
     aux::cuda().and_then(|a| a.current_device()).unwrap_or(0)
 }
 
+static REFUSED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Logs a refusal: the first one of the process at warning level (so the
+/// operator sees why the application got CUDA_ERROR_OUT_OF_MEMORY), the
+/// rest at info.
 fn refuse(l: &Ledger, dev: u32, what: &str, bytes: u64) -> CUresult {
-    crate::info!(
-        "{what} of {bytes} B refused on device {dev}: container budget {} B, in use {} B",
+    let level = if REFUSED_ONCE.swap(true, Ordering::Relaxed) {
+        crate::log::INFO
+    } else {
+        crate::log::WARN
+    };
+    crate::log_at!(
+        level,
+        "{what} of {bytes} B refused on device {dev} (CUDA_ERROR_OUT_OF_MEMORY): container budget {} B, in use {} B",
         l.mem_limit(dev),
         l.used(dev)
     );

@@ -137,8 +137,8 @@ pub fn attached() -> Option<&'static Proc> {
     unsafe { p.as_ref() }
 }
 
-/// The state, attaching first if needed. `may_init` allows calling the real
-/// `cuInit` to learn the devices when the region must be created.
+/// The state, attaching first if needed (which may call the real `cuInit`
+/// to learn the devices when the region must be created).
 #[inline]
 pub fn proc() -> Option<&'static Proc> {
     attached().or_else(|| attach(true))
