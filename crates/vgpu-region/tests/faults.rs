@@ -121,6 +121,19 @@ fn kill_after_claim_before_owner_details() {
 }
 
 #[test]
+fn kill_before_add() {
+    fault("reserve.before_add", "open,register,reserve:4096", None, 1);
+}
+
+#[test]
+fn every_step_has_a_fault_test() {
+    let me = std::fs::read_to_string(file!()).unwrap();
+    for step in vgpu_region::failpoint::STEPS {
+        assert!(me.contains(&format!("\"{step}\"")), "no fault test for {step}");
+    }
+}
+
+#[test]
 fn kill_between_add_and_admission_check() {
     fault("reserve.after_add", "open,register,reserve:4096", None, 1);
 }
