@@ -587,3 +587,28 @@ fn many_killed_processes_are_all_released() {
         state.live_procs()
     );
 }
+
+#[test]
+fn devices_are_accounted_separately() {
+    let sim = SimHandle::start(SimOptions::default().devices(2)).expect("sim");
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &["init", "retain", "1", "alloc", "256", "ready", "wait"],
+    );
+    p.expect("ready");
+    let on = |d: &str| -> HashMap<u32, u64> {
+        run(&sim, &["nvml-procs", d])
+            .iter()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("proc ")?.split(' ');
+                Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    assert!(on("0").is_empty(), "nothing on device 0");
+    assert_eq!(on("1").get(&p.child.id()), Some(&(256 * MIB)));
+    let st = sim.state().unwrap();
+    assert_eq!((st.used_bytes(0), st.used_bytes(1)), (0, 256 * MIB));
+    assert!(p.finish().success());
+}
