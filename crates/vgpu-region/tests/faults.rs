@@ -127,7 +127,7 @@ fn kill_before_add() {
 
 #[test]
 fn every_step_has_a_fault_test() {
-    let me = std::fs::read_to_string(file!()).unwrap();
+    let me = include_str!("faults.rs");
     for step in vgpu_region::failpoint::STEPS {
         assert!(me.contains(&format!("\"{step}\"")), "no fault test for {step}");
     }
