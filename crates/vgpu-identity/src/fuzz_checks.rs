@@ -26,7 +26,7 @@ pub fn check_frames(data: &[u8]) {
         Ok(resp) => {
             assert_eq!(codec::encode_response(resp).as_slice(), data);
             if resp.status == codec::Status::OK {
-                assert!(resp.pid >= 1 && resp.pid <= codec::PID_MAX);
+                assert!((1..=codec::PID_MAX).contains(&resp.pid));
             }
         }
         Err(e) => assert!(codec::FRAME_ERROR_KINDS.contains(&e.kind())),
@@ -39,7 +39,7 @@ pub fn check_nstgid(data: &[u8]) {
     if let Ok(ns) = procfs::parse_nstgid(data) {
         assert!(ns.depth() >= 1 && ns.depth() <= MAX_NS_LEVELS);
         for &p in ns.as_slice() {
-            assert!(p >= 1 && p <= codec::PID_MAX);
+            assert!((1..=codec::PID_MAX).contains(&p));
         }
         assert_eq!(ns.outermost(), ns.as_slice()[0]);
         let line: Vec<String> = ns.as_slice().iter().map(u32::to_string).collect();

@@ -246,7 +246,7 @@ fn split_response_is_reassembled() {
 fn server_closing_without_answer_is_refused() {
     let dir = common::sock_dir();
     let path = dir.path().join("s.sock");
-    let (_l, t) = common::fake_server(&path, |s| drop(s));
+    let (_l, t) = common::fake_server(&path, drop);
     let err = query_broker(&path, D).unwrap_err();
     t.join().unwrap();
     // The write hit the closed peer, or the read saw EOF at 0 bytes or a
