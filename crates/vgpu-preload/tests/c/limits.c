@@ -87,6 +87,8 @@ typedef struct {
     CUresult (*prim_release)(CUdevice);
     CUresult (*info)(size_t *, size_t *);
     CUresult (*total)(size_t *, CUdevice);
+    /* Resolved only to check they are hooks (not called). */
+    void *prim_release_v1, *reset_v1, *reset_v2, *ctx_v3, *launch, *launch_ptsz, *pool_create, *pool_destroy, *pool_trim;
 } ops_t;
 
 static void *by_dlsym(const char *n) { return dlsym(g_cuda, n); }
@@ -126,6 +128,10 @@ static void resolve(ops_t *o, int route) {
         D(mip, "cuMipmappedArrayCreate"); D(mip_destroy, "cuMipmappedArrayDestroy");
         D(ctx_v2, "cuCtxCreate_v2"); D(ctx_destroy, "cuCtxDestroy_v2"); D(retain, "cuDevicePrimaryCtxRetain");
         D(prim_release, "cuDevicePrimaryCtxRelease_v2"); D(info, "cuMemGetInfo_v2"); D(total, "cuDeviceTotalMem_v2");
+        D(prim_release_v1, "cuDevicePrimaryCtxRelease"); D(reset_v1, "cuDevicePrimaryCtxReset");
+        D(reset_v2, "cuDevicePrimaryCtxReset_v2"); D(ctx_v3, "cuCtxCreate_v3"); D(launch, "cuLaunchKernel");
+        D(launch_ptsz, "cuLaunchKernel_ptsz"); D(pool_create, "cuMemPoolCreate"); D(pool_destroy, "cuMemPoolDestroy");
+        D(pool_trim, "cuMemPoolTrimTo");
 #undef D
         return;
     }
@@ -140,6 +146,13 @@ static void resolve(ops_t *o, int route) {
     P(ctx_destroy, "cuCtxDestroy", 4000); P(retain, "cuDevicePrimaryCtxRetain", 7000);
     P(prim_release, "cuDevicePrimaryCtxRelease", 11000); P(info, "cuMemGetInfo", 3020);
     P(total, "cuDeviceTotalMem", 3020);
+    if (!nv) {
+        P(prim_release_v1, "cuDevicePrimaryCtxRelease", 7000); P(reset_v1, "cuDevicePrimaryCtxReset", 7000);
+        P(ctx_v3, "cuCtxCreate", 11040);
+    }
+    P(reset_v2, "cuDevicePrimaryCtxReset", 11000); P(launch, "cuLaunchKernel", 4000);
+    P(pool_create, "cuMemPoolCreate", 11020); P(pool_destroy, "cuMemPoolDestroy", 11020); P(pool_trim, "cuMemPoolTrimTo", 11020);
+    *(void **)&o->launch_ptsz = by_proc("cuLaunchKernel", nv ? 12090 : 7000, PTSZ);
 #undef P
     if (nv)
         *(void **)&o->ctx_v4 = by_proc("cuCtxCreate", 12090, 0);
