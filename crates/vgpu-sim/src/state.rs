@@ -16,7 +16,7 @@ use memmap2::MmapRaw;
 use crate::config::{SimConfig, MAX_DEVICES};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 pub const MAX_PROCS: usize = 1024;
 /// Kernel intervals kept per device (a ring).
 pub const KERNEL_RING: usize = 65536;
