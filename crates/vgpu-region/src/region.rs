@@ -140,7 +140,13 @@ pub struct Region {
     path: PathBuf,
     plan: Plan,
     ident: ident::IdentityCache,
+    /// CLOCK_MONOTONIC ns of the last reclaim run by a refused reservation
+    /// (bounds that cost for a program that keeps hitting its limit).
+    last_oom_reclaim: std::sync::atomic::AtomicU64,
 }
+
+/// At most one reclaim pass per this many ns on the refusal path.
+const OOM_RECLAIM_EVERY_NS: u64 = 50_000_000;
 
 /// The algorithms' view of the outside world for one call.
 struct CallEnv<'a> {
@@ -377,6 +383,7 @@ impl Region {
             path: path.to_owned(),
             plan: Plan::from_env(),
             ident: ident::IdentityCache::default(),
+            last_oom_reclaim: std::sync::atomic::AtomicU64::new(0),
         };
         // Read procfs now, while mapping, so `register` is a compare-exchange
         // and a few stores (a fork child reads its own on first use).
@@ -557,7 +564,9 @@ impl Region {
 
     /// Admits `bytes` of `kind` on device `dev` for `slot`, or refuses when
     /// the device's live total would exceed its memory limit (read at each
-    /// call, so a live limit change applies to the next allocation).
+    /// call, so a live limit change applies to the next allocation). Before
+    /// refusing, dead processes' slots are reclaimed (rate-limited) and the
+    /// request tried once more.
     pub fn reserve(
         &self,
         slot: SlotId,
@@ -571,12 +580,24 @@ impl Region {
         let limit = v.header.devices[d].mem_limit.load(SeqCst);
         let env = StepEnv(&self.plan);
         match core::reserve(&v, idx, d, kind, bytes, limit, &env) {
-            Err(AdmissionError::OverLimit { .. }) if self.reclaim_dead() > 0 => {
+            Err(AdmissionError::OverLimit { .. }) if self.oom_reclaim() > 0 => {
                 let limit = v.header.devices[d].mem_limit.load(SeqCst);
                 core::reserve(&v, idx, d, kind, bytes, limit, &env)
             }
             r => r,
         }
+    }
+
+    /// A refused reservation first frees dead processes' slots (whose bytes
+    /// still count), at most once per `OOM_RECLAIM_EVERY_NS`.
+    fn oom_reclaim(&self) -> usize {
+        let now = monotonic_ns();
+        let last = self.last_oom_reclaim.load(Relaxed);
+        if last != 0 && now.saturating_sub(last) < OOM_RECLAIM_EVERY_NS {
+            return 0;
+        }
+        self.last_oom_reclaim.store(now, Relaxed);
+        self.reclaim_dead()
     }
 
     /// Gives back `bytes` of `kind` on `dev`; a release larger than the

@@ -93,3 +93,25 @@ fn fork_child_registers_as_itself() {
     assert_eq!(r.reclaim_dead(), 2);
     assert_eq!(r.live_slots(), 0);
 }
+
+#[test]
+fn a_dead_process_bytes_are_reclaimed_by_a_refused_reservation() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let (r, _) = Region::open_or_create(&p, &opts(1000)).unwrap();
+    let st = std::process::Command::new(env!("CARGO_BIN_EXE_vgpu-region-worker"))
+        .arg("script")
+        .arg(&p)
+        .arg("open,register,reserve:900,die")
+        .env_remove(vgpu_region::failpoint::ENV)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!st.success());
+    assert_eq!(r.device_used(0), 900);
+    let s = r.register().unwrap();
+    // 900 + 500 > 1000, but the 900 belong to a dead process.
+    r.reserve(s, 0, MemKind::Data, 500).unwrap();
+    assert_eq!(r.device_used(0), 500);
+    assert_eq!(r.live_slots(), 1);
+}

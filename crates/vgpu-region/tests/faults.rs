@@ -129,7 +129,10 @@ fn kill_before_add() {
 fn every_step_has_a_fault_test() {
     let me = include_str!("faults.rs");
     for step in vgpu_region::failpoint::STEPS {
-        assert!(me.contains(&format!("\"{step}\"")), "no fault test for {step}");
+        assert!(
+            me.contains(&format!("\"{step}\"")),
+            "no fault test for {step}"
+        );
     }
 }
 
