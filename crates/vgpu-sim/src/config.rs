@@ -516,6 +516,32 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any text either parses or gives an error; never a panic.
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            let _ = SimConfig::parse_toml(&text, "p", None);
+        }
+
+        /// A bad value under any known key is an error naming that key.
+        #[test]
+        fn bad_values_name_their_field(
+            key in proptest::sample::select(vec![
+                "cost.init_us", "cost.ctx_create_us", "cost.primary_release_us",
+                "cost.serialize_context_creation", "device.sms", "device.memory",
+                "kernel.queue_depth", "kernel.nvml_window_ms",
+            ]),
+            bad in proptest::sample::select(vec!["\"x\"", "-5", "[1]", "{a = 1}", "1e30"]),
+        ) {
+            let (table, field) = key.split_once('.').unwrap();
+            let text = format!("[{table}]\n{field} = {bad}\n");
+            match SimConfig::parse_toml(&text, "p", None) {
+                Ok(c) => proptest::prop_assert!(false, "{text} accepted as {c:?}"),
+                Err(e) => proptest::prop_assert!(e.to_string().contains(&format!("`{key}`")), "{text}: {e}"),
+            }
+        }
+    }
+
     #[test]
     fn sizes() {
         assert_eq!(parse_size("4096m").unwrap(), 4096 << 20);
