@@ -191,7 +191,7 @@ pub fn query_broker_with(path: &Path, opts: &ClientOptions) -> Result<u32, Broke
     let deadline = start + opts.deadline.min(MAX_DEADLINE);
     check_endpoint(path, opts.trusted_uid)?;
     let fd = connect(path, deadline)?;
-    let mut buf = [0u8; RESPONSE_LEN];
+    let mut buf = [0u8; RESPONSE_LEN + 1];
     if let Err(e) = write_full(&fd, &codec::encode_request(Request::GET_PID), deadline) {
         // A server may answer (BUSY, NO_PEER_PID) and close before reading
         // the request; its answer is still queued for us. Prefer it.
@@ -208,18 +208,8 @@ pub fn query_broker_with(path: &Path, opts: &ClientOptions) -> Result<u32, Broke
     } else {
         read_full(&fd, &mut buf, deadline)?;
     }
-    // One frame per connection: anything already queued after it is junk.
-    let mut extra = [0u8; 1];
-    match rustix::net::recv(&fd, &mut extra, RecvFlags::DONTWAIT) {
-        Ok((n, _)) if n > 0 => {
-            return Err(BrokerError::Frame(FrameError::TrailingBytes {
-                got: RESPONSE_LEN + n,
-                want: RESPONSE_LEN,
-            }))
-        }
-        _ => {}
-    }
-    let resp = codec::decode_response(&buf).map_err(BrokerError::Frame)?;
+    let frame = buf.get(..RESPONSE_LEN).unwrap_or(&[]);
+    let resp = codec::decode_response(frame).map_err(BrokerError::Frame)?;
     if resp.status != Status::OK {
         return Err(BrokerError::Status(resp.status));
     }
@@ -367,16 +357,22 @@ pub(crate) fn write_full(fd: &OwnedFd, buf: &[u8], deadline: Instant) -> Result<
     Ok(())
 }
 
-/// Reads until `buf` is full or EOF, through EINTR and short reads; returns
-/// the bytes read (fewer than `buf.len()` only at EOF).
+/// Reads into `buf` until at least `min` bytes are in, `buf` is full, or
+/// EOF, through EINTR and short reads; returns the bytes read (fewer than
+/// `min` only at EOF). A `buf` one byte longer than the frame catches bytes
+/// queued after it in the same read, without an extra syscall.
 pub(crate) fn read_upto(
     fd: &OwnedFd,
     buf: &mut [u8],
+    min: usize,
     deadline: Instant,
     stage: Stage,
 ) -> Result<usize, BrokerError> {
     let mut off = 0;
-    while let Some(rest) = buf.get_mut(off..).filter(|r| !r.is_empty()) {
+    while off < min {
+        let Some(rest) = buf.get_mut(off..).filter(|r| !r.is_empty()) else {
+            break;
+        };
         match rustix::net::recv(fd.as_fd(), rest, RecvFlags::empty()) {
             Ok((0, _)) => break,
             Ok((n, _)) => off += n,
@@ -388,15 +384,15 @@ pub(crate) fn read_upto(
     Ok(off)
 }
 
-/// Reads one response frame; EOF before its end is a truncated frame.
+/// Reads one response frame; EOF before its end is a truncated frame, bytes
+/// beyond it are trailing bytes (the decoder refuses both).
 fn read_full(
     fd: &OwnedFd,
-    buf: &mut [u8; RESPONSE_LEN],
+    buf: &mut [u8; RESPONSE_LEN + 1],
     deadline: Instant,
-) -> Result<(), BrokerError> {
-    let got = read_upto(fd, buf, deadline, Stage::Read)?;
-    if got < RESPONSE_LEN {
-        // A short frame is refused the way the decoder refuses it.
+) -> Result<usize, BrokerError> {
+    let got = read_upto(fd, buf, RESPONSE_LEN, deadline, Stage::Read)?;
+    if got != RESPONSE_LEN {
         let part = buf.get(..got).unwrap_or(&[]);
         return Err(match codec::decode_response(part) {
             Err(e) => BrokerError::Frame(e),
@@ -406,7 +402,7 @@ fn read_full(
             },
         });
     }
-    Ok(())
+    Ok(got)
 }
 
 // Keep the request length visible to readers of this module.

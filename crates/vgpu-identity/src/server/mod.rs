@@ -519,7 +519,8 @@ impl Drop for Broker {
 /// Reads what is already there without blocking.
 fn read_nonblocking(c: &mut Conn) -> Result<Progress, Errno> {
     while c.got < REQUEST_LEN {
-        let Some(rest) = c.buf.get_mut(c.got..REQUEST_LEN) else {
+        // Up to one byte more than a frame: trailing bytes show up here.
+        let Some(rest) = c.buf.get_mut(c.got..) else {
             break;
         };
         match rustix::net::recv(&c.fd, rest, RecvFlags::DONTWAIT) {
@@ -536,10 +537,11 @@ fn read_nonblocking(c: &mut Conn) -> Result<Progress, Errno> {
 /// A handler thread's part: wait (up to the deadline) for the rest of the
 /// request, then answer.
 fn finish_blocking(c: &mut Conn, m: &Metrics) {
-    let Some(rest) = c.buf.get_mut(c.got..REQUEST_LEN) else {
+    let need = REQUEST_LEN.saturating_sub(c.got);
+    let Some(rest) = c.buf.get_mut(c.got..) else {
         return;
     };
-    match client::read_upto(&c.fd, rest, c.deadline, Stage::Read) {
+    match client::read_upto(&c.fd, rest, need, c.deadline, Stage::Read) {
         Ok(n) => {
             c.got += n;
             answer(c, m);
@@ -553,16 +555,8 @@ fn finish_blocking(c: &mut Conn, m: &Metrics) {
     }
 }
 
-/// Decodes the request (catching bytes queued after it) and answers.
+/// Decodes the request (with any byte read past it) and answers.
 fn answer(c: &mut Conn, m: &Metrics) {
-    if c.got == REQUEST_LEN {
-        // One request per connection; more bytes already queued are junk.
-        if let Some(extra) = c.buf.get_mut(REQUEST_LEN..) {
-            if let Ok((n, _)) = rustix::net::recv(&c.fd, extra, RecvFlags::DONTWAIT) {
-                c.got += n;
-            }
-        }
-    }
     let frame = c.buf.get(..c.got).unwrap_or(&[]);
     let resp = match codec::decode_request(frame) {
         Ok(_) => Response::ok(c.pid),
