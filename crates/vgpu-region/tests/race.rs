@@ -10,7 +10,7 @@ use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Region};
 fn racing_for_the_last_bytes_never_overcommits_and_never_starves() {
     const PROCS: u32 = 4;
     const THREADS: u32 = 3;
-    const ROUNDS: usize = 1000;
+    const ROUNDS: usize = 2000;
     const CHUNK: u64 = 1 << 20;
     const BASE: u64 = 64 << 20;
     // Room for 1.5 chunks above what the test itself holds: exactly one of
