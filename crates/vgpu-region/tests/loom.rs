@@ -216,3 +216,39 @@ fn release_races_admission_without_underflow() {
         assert_eq!(data + rel.released, 6 + if won { 3 } else { 0 });
     });
 }
+
+#[test]
+fn admission_sees_a_slot_claimed_concurrently() {
+    // The sum covers slots below the high-water mark: a claimer raises it
+    // before its first reservation, so a racer never misses its bytes.
+    builder().check(|| {
+        let m = Arc::new(Mem::new(2));
+        {
+            let v = m.view();
+            v.owners[0].store(
+                encode(ST_LIVE, owner(1)),
+                loom::sync::atomic::Ordering::SeqCst,
+            );
+            v.header
+                .slot_high_water
+                .store(1, loom::sync::atomic::Ordering::SeqCst);
+        }
+        let a = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                let v = m.view();
+                let i = claim(&v, owner(2), &ModelEnv).unwrap();
+                assert_eq!(i, 1);
+                reserve(&v, i, 0, MemKind::Data, 6, 10, &ModelEnv).is_ok()
+            })
+        };
+        let b = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                reserve(&m.view(), 0, 0, MemKind::Data, 6, 10, &ModelEnv).is_ok()
+            })
+        };
+        let (wa, wb) = (a.join().unwrap(), b.join().unwrap());
+        assert!(!(wa && wb), "both admitted");
+    });
+}
