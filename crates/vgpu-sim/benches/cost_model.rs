@@ -50,6 +50,21 @@ fn burst(name: &str, opts: SimOptions, n: usize) {
     );
 }
 
+fn nested(name: &str, opts: SimOptions) {
+    let sim = SimHandle::start(opts).expect("sim");
+    let out = Command::new(PROBE)
+        .args(["init", "retain", "0", "nested", "0", "1000"])
+        .envs(sim.env())
+        .output()
+        .expect("probe");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ns = text
+        .lines()
+        .find_map(|l| l.strip_prefix("nested_ns "))
+        .unwrap_or("?");
+    println!("{name}: nested primary retain (+ cuCtxSetCurrent), mean of 1000: {ns} ns");
+}
+
 fn snapshot(name: &str, opts: SimOptions) {
     let sim = SimHandle::start(opts).expect("sim");
     let out = Command::new(PROBE)
@@ -175,6 +190,8 @@ fn main() {
         8,
     );
     burst("zero", SimOptions::default(), 8);
+    nested("a100-burst", SimOptions::profile("a100-burst").unwrap());
+    nested("zero", SimOptions::default());
     snapshot("a100-burst", SimOptions::profile("a100-burst").unwrap());
     snapshot("zero", SimOptions::default());
     let sim = SimHandle::start(SimOptions::default()).expect("sim");

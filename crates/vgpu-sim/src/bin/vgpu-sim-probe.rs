@@ -15,6 +15,7 @@
 //! sleep MS
 //! nvml-procs D              print `proc <pid> <bytes>` per compute process
 //! nvml-util D               print `util <gpu%>` and `putil <pid> <sm%>` lines
+//! nested D N                time N nested primary retains (+ releases): `nested_ns <avg>`
 //! bogus                     call entries with made-up handles: `bogus <entry> <code>`
 //! ```
 use std::io::Write;
@@ -382,6 +383,20 @@ fn run() -> Result<(), String> {
                 for (pid, sm) in per {
                     println!("putil {pid} {sm}");
                 }
+            }
+            "nested" => {
+                let d = num(args.next(), "nested D")?;
+                let n: u32 = num(args.next(), "nested N")?;
+                let c = cuda.as_ref().ok_or("init first")?;
+                let t = Instant::now();
+                for _ in 0..n {
+                    c.retain(d)?;
+                }
+                let ns = t.elapsed().as_nanos() / u128::from(n.max(1));
+                for _ in 0..n {
+                    c.release(d)?;
+                }
+                println!("nested_ns {ns}");
             }
             "bogus" => {
                 let c = cuda.as_ref().ok_or("init first")?;
