@@ -262,7 +262,10 @@ fn round<D: ProbeDriver + ?Sized>(driver: &mut D, device: u32) -> Result<Vec<u32
 /// caller retries later with backoff); ambiguity and absence are retried.
 pub fn probe_host_pid<D: ProbeDriver + ?Sized>(driver: &mut D, opts: &ProbeOptions) -> ProbeReport {
     let start = Instant::now();
-    let deadline = start + opts.total_budget;
+    // A budget too large to add is as good as a day; never panic here.
+    let deadline = start
+        .checked_add(opts.total_budget)
+        .unwrap_or(start + Duration::from_secs(86_400));
     let mut attempts = 0;
     let mut lock_wait = Duration::ZERO;
     let mut last = ProbeError::NoCandidate;

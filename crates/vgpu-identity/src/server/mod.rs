@@ -456,10 +456,11 @@ impl Broker {
             Ok(c) if c.pid > 0 => c.pid as u32,
             _ => {
                 m.peercred_failures.inc();
+                // Inline: never wait for a slow reader on the accept thread.
                 let _ = client::write_full(
                     &fd,
                     &codec::encode_response(Response::error(Status::NO_PEER_PID)),
-                    deadline,
+                    Instant::now(),
                 );
                 m.duration.observe(start.elapsed().as_secs_f64());
                 return;
@@ -474,7 +475,7 @@ impl Broker {
             got: 0,
         };
         match read_nonblocking(&mut conn) {
-            Ok(Progress::Complete) => answer(&mut conn, m),
+            Ok(Progress::Complete) => answer(&mut conn, m, Instant::now()),
             Ok(Progress::WouldBlock) => {
                 if inflight.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_concurrent {
                     inflight.fetch_sub(1, Ordering::AcqRel);
@@ -544,7 +545,8 @@ fn finish_blocking(c: &mut Conn, m: &Metrics) {
     match client::read_upto(&c.fd, rest, need, c.deadline, Stage::Read) {
         Ok(n) => {
             c.got += n;
-            answer(c, m);
+            let deadline = c.deadline;
+            answer(c, m, deadline);
         }
         Err(BrokerError::Timeout { .. }) => {
             m.timeouts.inc();
@@ -555,8 +557,10 @@ fn finish_blocking(c: &mut Conn, m: &Metrics) {
     }
 }
 
-/// Decodes the request (with any byte read past it) and answers.
-fn answer(c: &mut Conn, m: &Metrics) {
+/// Decodes the request (with any byte read past it) and answers, waiting
+/// for a full socket buffer at most until `deadline` (the accept thread
+/// passes "now": it never waits on one client).
+fn answer(c: &mut Conn, m: &Metrics, deadline: Instant) {
     let frame = c.buf.get(..c.got).unwrap_or(&[]);
     let resp = match codec::decode_request(frame) {
         Ok(_) => Response::ok(c.pid),
@@ -565,7 +569,7 @@ fn answer(c: &mut Conn, m: &Metrics) {
             Response::error(e.status())
         }
     };
-    match client::write_full(&c.fd, &codec::encode_response(resp), c.deadline) {
+    match client::write_full(&c.fd, &codec::encode_response(resp), deadline) {
         Ok(()) => {
             if resp.status == Status::OK {
                 m.ok.inc();
