@@ -188,13 +188,6 @@ fn main() {
             );
         }
     }
-    println!();
-    println!(
-        "reserve+release pair and release-only cost per call (one process, one thread, 4 KiB):"
-    );
-    println!();
-    println!("| slots summed (high water) | limit | reserve+release ns | release ns |");
-    println!("|---:|---|---:|---:|");
     let p = dir.path().join("percall");
     let (r, _) = Region::open_or_create(
         &p,
@@ -208,6 +201,48 @@ fn main() {
         },
     )
     .unwrap();
+    // Threads of one process, each with its own slot, all under the limit
+    // (their sums read each other's cache lines).
+    println!();
+    println!("reserve+release of 4 KiB, threads of one process each with its own slot (8 slots summed), 1 TiB limit:");
+    println!();
+    println!("| threads (own slots, 8 summed) | limit | reserve+release ns per pair per thread |");
+    println!("|---:|---|---:|");
+    r.set_limits(
+        0,
+        vgpu_region::Limits {
+            mem: 1 << 40,
+            sm: 0,
+        },
+    );
+    let extra: Vec<_> = (0..7).map(|_| r.register().unwrap()).collect();
+    for threads in [1usize, 2, 4] {
+        let iters = 100_000u32;
+        let t = Instant::now();
+        std::thread::scope(|sc| {
+            for k in 0..threads {
+                let (r, s) = (&r, extra[k]);
+                sc.spawn(move || {
+                    for _ in 0..iters {
+                        r.reserve(s, 0, MemKind::Data, 4096).unwrap();
+                        r.release(s, 0, MemKind::Data, 4096);
+                    }
+                });
+            }
+        });
+        let ns = t.elapsed().as_nanos() as f64 / iters as f64;
+        println!("| {threads} | 1 TiB | {ns:.0} |");
+    }
+    for s in extra {
+        r.unregister(s);
+    }
+    println!();
+    println!(
+        "reserve+release pair and release-only cost per call (one thread, 4 KiB), by slots summed:"
+    );
+    println!();
+    println!("| slots summed (high water) | limit | reserve+release ns | release ns |");
+    println!("|---:|---|---:|---:|");
     let mut held = Vec::new();
     for hw in [1usize, 8, 64, 256] {
         // Occupy slots so admission sums `hw` slots (as after a burst).
