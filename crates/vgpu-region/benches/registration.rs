@@ -220,8 +220,8 @@ fn main() {
         let iters = 100_000u32;
         let t = Instant::now();
         std::thread::scope(|sc| {
-            for k in 0..threads {
-                let (r, s) = (&r, extra[k]);
+            for &s in &extra[..threads] {
+                let r = &r;
                 sc.spawn(move || {
                     for _ in 0..iters {
                         r.reserve(s, 0, MemKind::Data, 4096).unwrap();
