@@ -11,15 +11,74 @@ thread_local! {
     static IN_DLSYM: Cell<bool> = const { Cell::new(false) };
 }
 
-/// `dlsym(3)`, interposed.
-///
-/// Known limit: a `RTLD_NEXT` lookup is answered relative to libvgpu.so
-/// (first in the search order) rather than to the calling object.
+/// `dlsym(3)`, interposed: a trampoline so that glibc still sees the
+/// original caller. `RTLD_NEXT` lookups are relative to the object that
+/// calls `dlsym` (glibc reads its own return address), so they jump straight
+/// into glibc's `dlsym` with the caller's frame untouched: another
+/// interposer loaded after libvgpu.so gets its true next definition instead
+/// of itself. Every other lookup goes to [`dlsym_impl`].
 ///
 /// # Safety
 /// The C contract of `dlsym`.
+#[cfg(target_arch = "x86_64")]
+#[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // No Rust runs before the jumps, so the stack and argument registers are
+    // exactly the caller's. The resolve path keeps the stack 16-byte aligned
+    // for its call (entry rsp = 8 mod 16; two pushes and 8 more: 0 mod 16)
+    // and restores rdi/rsi before jumping on.
+    std::arch::naked_asm!(
+        "cmp rdi, -1",
+        "je 2f",
+        "jmp {imp}",
+        "2:",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz 3f",
+        "jmp rax",
+        "3:",
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {resolve}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 4f",
+        "jmp rax",
+        "4:",
+        "ret",
+        imp = sym dlsym_impl,
+        real = sym crate::sys::REAL_DLSYM,
+        resolve = sym resolve_real_dlsym,
+    )
+}
+
+/// Other architectures: the plain hook (`RTLD_NEXT` is then answered
+/// relative to libvgpu.so; documented in docs/interposer.md).
+///
+/// # Safety
+/// The C contract of `dlsym`.
+#[cfg(not(target_arch = "x86_64"))]
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // SAFETY: the caller's arguments under the same contract.
+    unsafe { dlsym_impl(handle, symbol) }
+}
+
+extern "C" fn resolve_real_dlsym() -> *mut c_void {
+    sys::real_dlsym().map_or(std::ptr::null_mut(), |f| f as *mut c_void)
+}
+
+/// The lookup behind `dlsym` for every handle but `RTLD_NEXT`: glibc's
+/// answer, with a hook substituted when it is the driver function the hook
+/// wraps.
+///
+/// # Safety
+/// The C contract of `dlsym`.
+unsafe extern "C" fn dlsym_impl(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     let Some(real) = sys::real_dlsym() else {
         return std::ptr::null_mut();
     };

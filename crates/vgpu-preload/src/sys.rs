@@ -22,7 +22,8 @@ pub fn write_stderr(mut buf: &[u8]) {
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
-static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+/// glibc's `dlsym` once found (read by the `dlsym` trampoline in `dl.rs`).
+pub(crate) static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// glibc's own `dlsym`, found with `dlvsym(RTLD_NEXT, ..)` so that our
 /// exported `dlsym` never calls itself. Newer glibc versions `dlsym` at

@@ -335,3 +335,20 @@ fn pynvml_sees_the_limited_view() {
     assert_eq!(num(&f, "total"), 3 * GIB);
     assert_eq!(num(&f, "used") + num(&f, "free"), 3 * GIB);
 }
+
+#[test]
+fn rtld_next_from_a_later_interposer_is_relative_to_it() {
+    let s = sim(1);
+    let next = c_shared("next");
+    let mut e = env(&s, None, &[]);
+    for (k, v) in e.iter_mut() {
+        if k == "LD_PRELOAD" {
+            *v = format!("{v} {}", next.display());
+        }
+    }
+    let out = run(&c_program("limits"), &["view"], &e);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("next.c:"), "{stderr}");
+    assert_eq!(num(&facts(&out), "cuda.count"), 1, "{stderr}");
+}

@@ -372,7 +372,7 @@ static void forked(size_t chunk) {
 
 static size_t g_limit;
 static volatile int g_over;
-static size_t g_held, g_ooms;
+static size_t g_held, g_ooms, g_allocs, g_frees;
 static pthread_barrier_t g_start;
 
 /* Each thread adds what it holds after a granted allocation and takes it
@@ -392,11 +392,13 @@ static void *churn(void *arg) {
             __atomic_sub_fetch(&g_held, size[k], __ATOMIC_SEQ_CST);
             if (cuMemFree(held[k]) != CUDA_SUCCESS)
                 g_over = 2;
+            __atomic_add_fetch(&g_frees, 1, __ATOMIC_SEQ_CST);
             held[k] = 0;
         } else {
             size_t n = (1 + rand_r(&seed) % 8) * MiB;
             CUresult r = cuMemAlloc(&held[k], n);
             if (r == CUDA_SUCCESS) {
+                __atomic_add_fetch(&g_allocs, 1, __ATOMIC_SEQ_CST);
                 size[k] = n;
                 if (__atomic_add_fetch(&g_held, n, __ATOMIC_SEQ_CST) > g_limit)
                     g_over = 1;
@@ -427,6 +429,7 @@ static void threads(size_t limit) {
         pthread_create(&t[i], NULL, churn, (void *)(i + 1));
     for (int i = 0; i < 8; i++)
         pthread_join(t[i], NULL);
+    printf("threads.allocs=%zu\nthreads.frees=%zu\nthreads.refusals=%zu\n", g_allocs, g_frees, g_ooms);
     CHECK(g_over == 0, "held memory never passed the limit, no call failed oddly (%d)", g_over);
     CHECK(g_ooms > 0, "the threads pressed against the limit (%zu refusals)", g_ooms);
     CHECK(used_now() == base, "everything released (%zu left)", used_now() - base);

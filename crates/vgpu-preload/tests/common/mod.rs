@@ -87,6 +87,47 @@ pub fn c_program(name: &str) -> PathBuf {
     exe
 }
 
+/// `tests/c/<name>.c` as a shared library (for chained-preload tests).
+pub fn c_shared(name: &str) -> PathBuf {
+    let inc =
+        vgpu_conformance::nvidia_include().expect("NVIDIA headers (scripts/fetch-nvidia-headers)");
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix(".so-")
+        .tempdir_in(&dir)
+        .unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let so = tmp.path().join(format!("lib{name}.so"));
+    let out = Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
+        .args([
+            "-std=gnu11",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-I",
+        ])
+        .arg(&inc)
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dest = dir.join(format!("lib{name}.so"));
+    std::fs::rename(&so, &dest).unwrap();
+    dest
+}
+
 /// The environment of a process in a container with region `cache`.
 pub fn env(sim: &SimHandle, cache: Option<&Path>, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut e = sim.env();
