@@ -19,7 +19,7 @@ pub struct Args {
     socket: PathBuf,
     /// Handler threads: connections waiting for their request at once;
     /// beyond this, callers get a BUSY answer (1-4096).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 256)]
     max_concurrent: usize,
     /// Per-connection deadline in milliseconds, accept to answer (1-60000).
     #[arg(long, default_value_t = 500)]

@@ -36,6 +36,9 @@ pub struct ClientOptions {
     pub deadline: Duration,
     /// The uid that must own the socket and its directory (root).
     pub trusted_uid: u32,
+    /// Retry (with 1-16 ms backoff, within the deadline) when the broker
+    /// answers BUSY.
+    pub retry_busy: bool,
 }
 
 impl Default for ClientOptions {
@@ -43,6 +46,7 @@ impl Default for ClientOptions {
         ClientOptions {
             deadline: DEFAULT_DEADLINE,
             trusted_uid: 0,
+            retry_busy: true,
         }
     }
 }
@@ -190,6 +194,33 @@ pub fn query_broker_with(path: &Path, opts: &ClientOptions) -> Result<u32, Broke
     let start = Instant::now();
     let deadline = start + opts.deadline.min(MAX_DEADLINE);
     check_endpoint(path, opts.trusted_uid)?;
+    // BUSY means "at the bound right now": retry within the deadline. Once
+    // a BUSY was seen, running out of time reports BUSY (the real cause).
+    let mut backoff = Duration::from_millis(1);
+    let mut saw_busy = false;
+    loop {
+        match exchange(path, deadline) {
+            Err(BrokerError::Status(Status::BUSY)) if opts.retry_busy => {
+                saw_busy = true;
+                let left = deadline
+                    .checked_duration_since(Instant::now())
+                    .unwrap_or_default();
+                if left <= backoff {
+                    return Err(BrokerError::Status(Status::BUSY));
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(16));
+            }
+            Err(BrokerError::Timeout { .. }) if saw_busy => {
+                return Err(BrokerError::Status(Status::BUSY));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One connection: connect, send the request, read and decode the answer.
+fn exchange(path: &Path, deadline: Instant) -> Result<u32, BrokerError> {
     let fd = connect(path, deadline)?;
     let mut buf = [0u8; RESPONSE_LEN + 1];
     if let Err(e) = write_full(&fd, &codec::encode_request(Request::GET_PID), deadline) {

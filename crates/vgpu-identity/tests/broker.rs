@@ -353,6 +353,76 @@ fn busy_answer_past_the_bound() {
     );
 }
 
+/// A server answering BUSY `busy` times, then OK with `pid`.
+fn busy_then_ok(path: &Path, busy: usize, pid: u32) -> std::thread::JoinHandle<usize> {
+    let l = UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        let mut served = 0;
+        for (i, s) in l.incoming().enumerate() {
+            let mut s = s.unwrap();
+            common::read_request(&mut s);
+            let r = if i < busy {
+                Response::error(Status::BUSY)
+            } else {
+                Response::ok(pid)
+            };
+            s.write_all(&codec::encode_response(r)).unwrap();
+            served += 1;
+            if i >= busy {
+                break;
+            }
+        }
+        served
+    })
+}
+
+#[test]
+fn busy_is_retried_within_the_deadline() {
+    let dir = common::sock_dir();
+    let path = dir.path().join("busy.sock");
+    let t = busy_then_ok(&path, 3, 777);
+    assert_eq!(query_broker(&path, D).unwrap(), 777);
+    assert_eq!(t.join().unwrap(), 4, "three BUSY answers, then one OK");
+
+    // Without retry the first BUSY is the answer.
+    let path2 = dir.path().join("busy2.sock");
+    let t = busy_then_ok(&path2, 1, 778);
+    let opts = ClientOptions {
+        retry_busy: false,
+        ..ClientOptions::default()
+    };
+    let err = client::query_broker_with(&path2, &opts).unwrap_err();
+    assert!(matches!(err, BrokerError::Status(Status::BUSY)), "{err:?}");
+    assert_eq!(query_broker(&path2, D).unwrap(), 778);
+    t.join().unwrap();
+}
+
+#[test]
+fn always_busy_ends_in_busy_not_a_hang() {
+    let dir = common::sock_dir();
+    let path = dir.path().join("busy.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let t = std::thread::spawn(move || {
+        l.set_nonblocking(true).unwrap();
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            match l.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    common::read_request(&mut s);
+                    let _ = s.write_all(&codec::encode_response(Response::error(Status::BUSY)));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    });
+    let err = query_broker(&path, Duration::from_millis(100)).unwrap_err();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.join().unwrap();
+    assert!(matches!(err, BrokerError::Status(Status::BUSY)), "{err:?}");
+}
+
 #[test]
 fn silent_client_is_cut_at_the_deadline() {
     let dir = common::sock_dir();

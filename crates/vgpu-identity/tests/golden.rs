@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::{Expect, RunningBroker};
-use vgpu_identity::client::BrokerError;
+use vgpu_identity::client::{BrokerError, ClientOptions};
 use vgpu_identity::codec::{self, Request, Response, Status};
 
 fn status_for_kind(kind: &str) -> Status {
@@ -111,7 +111,13 @@ fn client_handles_each_golden_response() {
             s.write_all(&bytes).unwrap();
             // Closing after the frame makes a short frame end in EOF.
         });
-        let got = vgpu_identity::query_broker(&path, Duration::from_millis(500));
+        // One answer per frame: no retry on BUSY here.
+        let opts = ClientOptions {
+            deadline: Duration::from_millis(500),
+            retry_busy: false,
+            ..ClientOptions::default()
+        };
+        let got = vgpu_identity::client::query_broker_with(&path, &opts);
         t.join().unwrap();
         match (&g.expect, got) {
             (Expect::Ok(pid), Ok(p)) => assert_eq!(p.to_string(), *pid, "{}", g.file),

@@ -8,8 +8,8 @@
 //!
 //! Concurrency is bounded: a request already readable when the connection is
 //! accepted is answered inline (no blocking is possible), the rest go to a
-//! fixed pool of `max_concurrent` handler threads, each limited by the
-//! per-connection deadline; past the bound a connection gets a BUSY answer
+//! pool of handler threads grown on demand up to `max_concurrent`, each
+//! connection limited by the per-connection deadline; past the bound a connection gets a BUSY answer
 //! and is counted in `rejected_load`.
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -52,7 +52,7 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
-            max_concurrent: 64,
+            max_concurrent: 256,
             deadline: Duration::from_millis(500),
             backlog: 4096,
         }
@@ -362,53 +362,14 @@ impl Broker {
     /// Serves until shut down, then finishes in-flight connections (each
     /// bounded by the deadline), removes the socket and returns.
     pub fn serve(&self) -> Result<(), ServerError> {
-        let inflight = Arc::new(AtomicUsize::new(0));
-        let (tx, rx) = mpsc::channel::<Conn>();
-        let rx = Arc::new(Mutex::new(rx));
-        let mut workers = Vec::with_capacity(self.cfg.max_concurrent);
-        for i in 0..self.cfg.max_concurrent {
-            let rx = rx.clone();
-            let inflight = inflight.clone();
-            let metrics = self.metrics.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("broker-{i}"))
-                .stack_size(128 * 1024)
-                .spawn(move || loop {
-                    // The guard is a temporary, dropped before handling.
-                    let next = match rx.lock() {
-                        Ok(r) => r.recv(),
-                        Err(_) => break,
-                    };
-                    let Ok(mut conn) = next else { break };
-                    finish_blocking(&mut conn, &metrics);
-                    inflight.fetch_sub(1, Ordering::AcqRel);
-                });
-            match spawned {
-                Ok(h) => workers.push(h),
-                Err(e) => {
-                    drop(tx);
-                    for w in workers {
-                        let _ = w.join();
-                    }
-                    return Err(ServerError::Start("handler threads", e));
-                }
-            }
-        }
-
-        let result = self.accept_loop(&tx, &inflight);
-        drop(tx);
-        for w in workers {
-            let _ = w.join();
-        }
+        let mut pool = Pool::new(self.cfg.max_concurrent, self.metrics.clone());
+        let result = self.accept_loop(&mut pool);
+        pool.join();
         self.remove_socket();
         result
     }
 
-    fn accept_loop(
-        &self,
-        tx: &mpsc::Sender<Conn>,
-        inflight: &AtomicUsize,
-    ) -> Result<(), ServerError> {
+    fn accept_loop(&self, pool: &mut Pool) -> Result<(), ServerError> {
         loop {
             if self.shutdown.stop.load(Ordering::Acquire) {
                 return Ok(());
@@ -430,7 +391,7 @@ impl Broker {
                     &self.listener,
                     SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
                 ) {
-                    Ok(fd) => self.on_accept(fd, tx, inflight),
+                    Ok(fd) => self.on_accept(fd, pool),
                     Err(Errno::AGAIN) => break,
                     Err(Errno::INTR) | Err(Errno::CONNABORTED) => {}
                     Err(_) => {
@@ -445,7 +406,7 @@ impl Broker {
         }
     }
 
-    fn on_accept(&self, fd: OwnedFd, tx: &mpsc::Sender<Conn>, inflight: &AtomicUsize) {
+    fn on_accept(&self, fd: OwnedFd, pool: &mut Pool) {
         let m = &*self.metrics;
         m.accepted.inc();
         let start = Instant::now();
@@ -477,8 +438,7 @@ impl Broker {
         match read_nonblocking(&mut conn) {
             Ok(Progress::Complete) => answer(&mut conn, m, Instant::now()),
             Ok(Progress::WouldBlock) => {
-                if inflight.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_concurrent {
-                    inflight.fetch_sub(1, Ordering::AcqRel);
+                if let Err(conn) = pool.submit(conn) {
                     m.rejected_load.inc();
                     let busy = codec::encode_response(Response::error(Status::BUSY));
                     let _ = rustix::net::send(
@@ -486,10 +446,6 @@ impl Broker {
                         &busy,
                         SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
                     );
-                } else if let Err(mpsc::SendError(conn)) = tx.send(conn) {
-                    // Workers gone (shutting down): drop the connection.
-                    inflight.fetch_sub(1, Ordering::AcqRel);
-                    drop(conn);
                 }
             }
             Err(_) => {
@@ -507,6 +463,82 @@ impl Broker {
             if (st.st_dev, st.st_ino) == self.id {
                 let _ = std::fs::remove_file(&self.cfg.socket);
             }
+        }
+    }
+}
+
+/// Handler threads for connections whose request has not arrived yet.
+/// Threads are spawned on demand (only when all existing ones are busy) up
+/// to `max`; `inflight` counts connections handed over and not finished.
+struct Pool {
+    tx: Option<mpsc::Sender<Conn>>,
+    rx: Arc<Mutex<mpsc::Receiver<Conn>>>,
+    inflight: Arc<AtomicUsize>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    metrics: Arc<Metrics>,
+    max: usize,
+}
+
+impl Pool {
+    fn new(max: usize, metrics: Arc<Metrics>) -> Pool {
+        let (tx, rx) = mpsc::channel::<Conn>();
+        Pool {
+            tx: Some(tx),
+            rx: Arc::new(Mutex::new(rx)),
+            inflight: Arc::new(AtomicUsize::new(0)),
+            workers: Vec::new(),
+            metrics,
+            max,
+        }
+    }
+
+    fn spawn_worker(&mut self) -> std::io::Result<()> {
+        let rx = self.rx.clone();
+        let inflight = self.inflight.clone();
+        let metrics = self.metrics.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("broker-{}", self.workers.len()))
+            .stack_size(128 * 1024)
+            .spawn(move || loop {
+                // The guard is a temporary, dropped before handling.
+                let next = match rx.lock() {
+                    Ok(r) => r.recv(),
+                    Err(_) => break,
+                };
+                let Ok(mut conn) = next else { break };
+                finish_blocking(&mut conn, &metrics);
+                inflight.fetch_sub(1, Ordering::AcqRel);
+            })?;
+        self.workers.push(h);
+        Ok(())
+    }
+
+    /// Hands `conn` to a handler, or gives it back when at the bound.
+    fn submit(&mut self, conn: Conn) -> Result<(), Conn> {
+        let n = self.inflight.fetch_add(1, Ordering::AcqRel) + 1;
+        // Every worker busy: grow (a failed spawn still leaves the others).
+        if n > self.max
+            || (n > self.workers.len() && self.spawn_worker().is_err() && self.workers.is_empty())
+        {
+            self.inflight.fetch_sub(1, Ordering::AcqRel);
+            return Err(conn);
+        }
+        let Some(tx) = self.tx.as_ref() else {
+            self.inflight.fetch_sub(1, Ordering::AcqRel);
+            return Err(conn);
+        };
+        tx.send(conn).map_err(|mpsc::SendError(conn)| {
+            self.inflight.fetch_sub(1, Ordering::AcqRel);
+            conn
+        })
+    }
+
+    /// Lets the handlers finish what they hold (each bounded by its
+    /// deadline) and waits for them.
+    fn join(&mut self) {
+        drop(self.tx.take());
+        for w in self.workers.drain(..) {
+            let _ = w.join();
         }
     }
 }
