@@ -101,20 +101,30 @@ static int worker(unsigned long long mib) {
     return 0;
 }
 
-/* Give device 0 `ms` ms of work: one-wave kernels launched back to back,
- * at most two in flight (the next is queued while one runs, so the device
- * never waits on the host, and a second process's launches interleave as
- * they would with a real driver's time slicing). */
+/* Give device 0 `ms` ms of work: one-wave 10 ms kernels launched back to
+ * back, at most IN_FLIGHT queued (the device never waits on the host even
+ * if this process is descheduled for 30 ms, and a second process's
+ * launches interleave as they would with a real driver's time slicing). */
+#define IN_FLIGHT 4
+
+static CUresult create_events(CUevent *ev) {
+    for (int i = 0; i < IN_FLIGHT; i++) {
+        CUresult r = CU(cuEventCreate, &ev[i], CU_EVENT_DEFAULT);
+        if (r)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
 static int busy(unsigned ms) {
     CUcontext ctx;
     CUmodule mod;
     CUfunction fn;
-    CUevent ev[2];
+    CUevent ev[IN_FLIGHT];
     CUresult r;
     int sms = 1;
     if ((r = CU(cuInit, 0)) || (r = CU(cuCtxCreate_v2, &ctx, 0, 0)) ||
-        (r = CU(cuEventCreate, &ev[0], CU_EVENT_DEFAULT)) ||
-        (r = CU(cuEventCreate, &ev[1], CU_EVENT_DEFAULT)) ||
+        (r = create_events(ev)) ||
         (r = CU(cuModuleLoadData, &mod, sim_module_image())) ||
         (r = CU(cuModuleGetFunction, &fn, mod, sim_kernel_name())) ||
         (r = CU(cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0))) {
@@ -127,9 +137,9 @@ static int busy(unsigned ms) {
     fflush(stdout);
     unsigned count = ms / 10;
     for (unsigned i = 0; i < count; i++) {
-        if ((i >= 2 && (r = CU(cuEventSynchronize, ev[i % 2]))) ||
+        if ((i >= IN_FLIGHT && (r = CU(cuEventSynchronize, ev[i % IN_FLIGHT]))) ||
             (r = CU(cuLaunchKernel, fn, sms, 1, 1, 128, 1, 1, 0, NULL, args, NULL)) ||
-            (r = CU(cuEventRecord, ev[i % 2], NULL))) {
+            (r = CU(cuEventRecord, ev[i % IN_FLIGHT], NULL))) {
             printf("ERROR %s\n", cu_name(r));
             return 1;
         }
