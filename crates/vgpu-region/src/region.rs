@@ -116,6 +116,9 @@ pub enum RegionError {
         /// Slot count.
         slots: u32,
     },
+    /// The region was opened read-only.
+    #[error("the region was opened read-only")]
+    ReadOnly,
     /// Processes of too many PID namespaces share this region.
     #[error("the region's PID-namespace table is full ({NS_TABLE_LEN} namespaces)")]
     NamespaceTableFull,
@@ -143,6 +146,9 @@ pub struct Region {
     /// CLOCK_MONOTONIC ns of the last reclaim run by a refused reservation
     /// (bounds that cost for a program that keeps hitting its limit).
     last_oom_reclaim: std::sync::atomic::AtomicU64,
+    /// False for `open_read_only`: every writer refuses or does nothing
+    /// (a store to the read-only mapping would fault).
+    writable: bool,
 }
 
 /// At most one reclaim pass per this many ns on the refusal path.
@@ -304,7 +310,7 @@ impl Region {
             .truncate(false)
             .open(path)
             .map_err(io("open", path))?;
-        let r = Self::attach(f, path, Some(opts), wait)?;
+        let r = Self::attach(f, path, Some(opts), wait, true)?;
         let m = r.mismatches(opts);
         Ok((r, m))
     }
@@ -321,7 +327,23 @@ impl Region {
             .write(true)
             .open(path)
             .map_err(io("open", path))?;
-        Self::attach(f, path, None, wait)
+        Self::attach(f, path, None, wait, true)
+    }
+
+    /// Opens an existing region read-only (monitors, `vgpu inspect`, a
+    /// read-only mount): snapshots and getters work; register, reserve,
+    /// set_limits and reclaim refuse or do nothing. Never writes the file.
+    pub fn open_read_only(path: &Path) -> Result<Region, RegionError> {
+        let f = OpenOptions::new()
+            .read(true)
+            .open(path)
+            .map_err(io("open", path))?;
+        Self::attach(f, path, None, DEFAULT_LOCK_WAIT, false)
+    }
+
+    /// Whether this mapping may write (false after `open_read_only`).
+    pub fn is_writable(&self) -> bool {
+        self.writable
     }
 
     fn attach(
@@ -329,6 +351,7 @@ impl Region {
         path: &Path,
         create: Option<&CreateOptions>,
         wait: Duration,
+        writable: bool,
     ) -> Result<Region, RegionError> {
         let fmt = |source| RegionError::Format {
             path: path.to_owned(),
@@ -338,7 +361,7 @@ impl Region {
         // process after the first).
         let (head, len) = read_head(&f, path)?;
         if let Ok(info) = parse_header(&head, len) {
-            return Self::map_ready(f, path, &info);
+            return Self::map_ready(f, path, &info, writable);
         }
         // Slow path: wait for (or become) the creator. A refusal is only
         // final under the lock: a read racing a creator's stores (pread
@@ -363,19 +386,25 @@ impl Region {
         };
         let info = parse_header(&head, len).map_err(fmt)?;
         drop(lock);
-        Self::map_ready(f, path, &info)
+        Self::map_ready(f, path, &info, writable)
     }
 
-    fn map_ready(f: File, path: &Path, info: &HeaderInfo) -> Result<Region, RegionError> {
-        let map = crate::shm::map(&f, info.file_len).map_err(io("map", path))?;
+    fn map_ready(
+        f: File,
+        path: &Path,
+        info: &HeaderInfo,
+        writable: bool,
+    ) -> Result<Region, RegionError> {
+        let map = crate::shm::map(&f, info.file_len, writable).map_err(io("map", path))?;
         // Fault in the header and owner table now (writable, nothing
         // written), so a claim does not pay page faults; kernels before 5.14
         // lack the advice and simply fault later.
-        let _ = map.advise_range(
-            memmap2::Advice::PopulateWrite,
-            0,
-            slots_offset(info.slot_count) as usize,
-        );
+        let advice = if writable {
+            memmap2::Advice::PopulateWrite
+        } else {
+            memmap2::Advice::PopulateRead
+        };
+        let _ = map.advise_range(advice, 0, slots_offset(info.slot_count) as usize);
         let r = Region {
             map,
             slot_count: info.slot_count,
@@ -384,6 +413,7 @@ impl Region {
             plan: Plan::from_env(),
             ident: ident::IdentityCache::default(),
             last_oom_reclaim: std::sync::atomic::AtomicU64::new(0),
+            writable,
         };
         // Read procfs now, while mapping, so `register` is a compare-exchange
         // and a few stores (a fork child reads its own on first use).
@@ -403,7 +433,7 @@ impl Region {
         // every slot and counter starts at zero.
         f.set_len(0).map_err(io("truncate", path))?;
         f.set_len(len).map_err(io("resize", path))?;
-        let map = crate::shm::map(f, len).map_err(io("map", path))?;
+        let map = crate::shm::map(f, len, true).map_err(io("map", path))?;
         let h = crate::shm::header(&map);
         h.magic.store(u64::from_ne_bytes(MAGIC), Relaxed);
         h.state.store(STATE_INITIALIZING, Relaxed);
@@ -517,6 +547,9 @@ impl Region {
     /// Claims a slot for the calling process (a fork child registers as
     /// itself). Lock-free; reclaims dead owners' slots when none is free.
     pub fn register(&self) -> Result<SlotId, RegionError> {
+        if !self.writable {
+            return Err(RegionError::ReadOnly);
+        }
         let me = self.ident.get();
         let owner = self.owner_of(&me)?;
         let env = CallEnv {
@@ -543,6 +576,9 @@ impl Region {
     /// Frees the caller's slot; its reservations vanish. Does nothing if the
     /// slot is not the calling process's.
     pub fn unregister(&self, slot: SlotId) {
+        if !self.writable {
+            return;
+        }
         let me = self.ident.get();
         let Ok(owner) = self.owner_of(&me) else {
             return;
@@ -555,7 +591,8 @@ impl Region {
     }
 
     fn check_slot(&self, slot: SlotId) -> Result<usize, AdmissionError> {
-        if slot.0 < self.slot_count {
+        // A read-only mapping owns no slot.
+        if self.writable && slot.0 < self.slot_count {
             Ok(slot.0 as usize)
         } else {
             Err(AdmissionError::NoSuchSlot { slot: slot.0 })
@@ -654,6 +691,9 @@ impl Region {
 
     /// `set_limits` that reports a bad device index or SM percent.
     pub fn try_set_limits(&self, dev: u32, l: Limits) -> Result<(), RegionError> {
+        if !self.writable {
+            return Err(RegionError::ReadOnly);
+        }
         let d = core::check_dev(dev, self.device_count).map_err(|_| RegionError::NoSuchDevice {
             dev,
             count: self.device_count,
@@ -686,6 +726,9 @@ impl Region {
 
     /// Frees the slots of dead processes of the caller's PID namespace.
     pub fn reclaim_dead(&self) -> usize {
+        if !self.writable {
+            return 0;
+        }
         let me = self.ident.get();
         let Ok(owner) = self.owner_of(&me) else {
             return 0;
@@ -717,6 +760,7 @@ impl Region {
         SlotRef {
             raw: self.view().slots.get(slot.0 as usize),
             devices: self.device_count,
+            writable: self.writable,
         }
     }
 
@@ -742,12 +786,18 @@ impl Region {
 pub struct SlotRef<'a> {
     raw: Option<&'a RawSlot>,
     devices: u32,
+    writable: bool,
 }
 
 impl SlotRef<'_> {
+    /// The slot, for writing (none on a read-only mapping).
+    fn w(&self) -> Option<&RawSlot> {
+        self.raw.filter(|_| self.writable)
+    }
+
     /// Records when `phase` happened (CLOCK_MONOTONIC ns, see `monotonic_ns`).
     pub fn set_phase(&self, phase: Phase, ns: u64) {
-        if let Some(s) = self.raw {
+        if let Some(s) = self.w() {
             s.phases[phase.code() as usize].store(ns, Relaxed);
         }
     }
@@ -760,7 +810,7 @@ impl SlotRef<'_> {
 
     /// Records the host PID.
     pub fn set_host_pid(&self, pid: u32) {
-        if let Some(s) = self.raw {
+        if let Some(s) = self.w() {
             s.host_pid.store(pid, Relaxed);
         }
     }
@@ -779,7 +829,7 @@ impl SlotRef<'_> {
         failure: u32,
         duration_ns: u64,
     ) {
-        if let Some(s) = self.raw {
+        if let Some(s) = self.w() {
             s.identity_tier.store(tier.code(), Relaxed);
             s.identity_attempts.store(attempts, Relaxed);
             s.identity_failure.store(failure, Relaxed);
@@ -790,14 +840,14 @@ impl SlotRef<'_> {
 
     /// Counts one use of a fallback.
     pub fn bump_fallback(&self, f: Fallback) {
-        if let Some(s) = self.raw {
+        if let Some(s) = self.w() {
             s.fallbacks[f.code() as usize].fetch_add(1, Relaxed);
         }
     }
 
     /// Records a monitor sample for device `dev`.
     pub fn set_monitor_sample(&self, dev: u32, mem: u64, sm_util: u32) {
-        if let (Some(s), true) = (self.raw, dev < self.devices) {
+        if let (Some(s), true) = (self.w(), dev < self.devices) {
             s.devices[dev as usize].monitor_mem.store(mem, Relaxed);
             s.devices[dev as usize]
                 .monitor_sm_util
@@ -807,7 +857,7 @@ impl SlotRef<'_> {
 
     /// Sets the suspend/run status.
     pub fn set_run_status(&self, st: RunStatus) {
-        if let Some(s) = self.raw {
+        if let Some(s) = self.w() {
             s.run_status.store(st.code(), SeqCst);
         }
     }

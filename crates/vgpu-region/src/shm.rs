@@ -6,11 +6,17 @@ use crate::layout::{file_len, slots_offset, RawHeader, RawSlot, HEADER_SIZE};
 use crate::sync::AtomicU64;
 use memmap2::MmapRaw;
 
-/// Maps `len` bytes of `file` shared, read-write.
-pub(crate) fn map(file: &std::fs::File, len: u64) -> std::io::Result<MmapRaw> {
+/// Maps `len` bytes of `file` shared, read-write (or read-only).
+pub(crate) fn map(file: &std::fs::File, len: u64, writable: bool) -> std::io::Result<MmapRaw> {
     let len =
         usize::try_from(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    memmap2::MmapOptions::new().len(len).map_raw(file)
+    let mut opts = memmap2::MmapOptions::new();
+    opts.len(len);
+    if writable {
+        opts.map_raw(file)
+    } else {
+        opts.map_raw_read_only(file)
+    }
 }
 
 /// The header and `slots` slots of a mapping at least `file_len(slots)`

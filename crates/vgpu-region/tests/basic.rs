@@ -115,3 +115,37 @@ fn a_dead_process_bytes_are_reclaimed_by_a_refused_reservation() {
     assert_eq!(r.device_used(0), 500);
     assert_eq!(r.live_slots(), 1);
 }
+
+#[test]
+fn read_only_mapping_reads_and_never_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let (r, _) = Region::open_or_create(&p, &opts(1000)).unwrap();
+    let s = r.register().unwrap();
+    r.reserve(s, 0, MemKind::Data, 300).unwrap();
+    r.slot(s).set_phase(Phase::SlotClaimed, 42);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let before = std::fs::read(&p).unwrap();
+    let ro = Region::open_read_only(&p).unwrap();
+    assert!(!ro.is_writable());
+    assert_eq!(ro.device_used(0), 300);
+    assert_eq!(ro.slot(s).usage(0).data, 300);
+    assert_eq!(ro.slot(s).phase(Phase::SlotClaimed), 42);
+    assert_eq!(ro.snapshot().slots.len(), 1);
+    // Every writer refuses or does nothing (a store would fault).
+    assert!(matches!(ro.register(), Err(RegionError::ReadOnly)));
+    assert!(ro.reserve(s, 0, MemKind::Data, 1).is_err());
+    assert_eq!(ro.release(s, 0, MemKind::Data, 300).released, 0);
+    assert!(matches!(
+        ro.try_set_limits(0, Limits { mem: 1, sm: 0 }),
+        Err(RegionError::ReadOnly)
+    ));
+    ro.set_limits(0, Limits { mem: 1, sm: 0 });
+    ro.slot(s).set_phase(Phase::SlotClaimed, 7);
+    ro.slot(s).bump_fallback(Fallback::Other);
+    ro.unregister(s);
+    assert_eq!(ro.reclaim_dead(), 0);
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+    assert_eq!(r.device_used(0), 300);
+}
