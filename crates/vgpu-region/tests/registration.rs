@@ -113,3 +113,55 @@ fn concurrent_creators_initialize_exactly_once() {
         assert_eq!(r.reclaim_dead(), N);
     }
 }
+
+/// PID reuse: a slot whose recorded start time differs from that of the
+/// live process now holding its PID belongs to an earlier, dead process.
+#[test]
+fn a_reused_pid_does_not_keep_a_dead_slot_alive() {
+    use std::io::BufRead;
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("region");
+    let (r, _) = Region::open_or_create(&path, &CreateOptions::default()).unwrap();
+    let mut hold = Gate::closed(&dir.path().join("hold"));
+    let mut c = worker();
+    c.arg("script")
+        .arg(&path)
+        .arg(format!("open,register,gate:{}", hold.path.display()));
+    let mut k = spawn(c);
+    let mut out = BufReader::new(k.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let slot: u64 = line.trim().strip_prefix("slot=").unwrap().parse().unwrap();
+    // Alive and genuine: kept.
+    assert_eq!(r.reclaim_dead(), 0);
+    // Rewrite the owner word as if an earlier process with the same PID
+    // (another start time) had claimed it.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let off = vgpu_region::layout::HEADER_SIZE as u64 + 8 * slot;
+    let mut w = [0u8; 8];
+    f.read_exact_at(&mut w, off).unwrap();
+    let word = u64::from_ne_bytes(w);
+    let (state, owner) = vgpu_region::core::decode(word);
+    assert_eq!(owner.pid, k.id());
+    let forged = vgpu_region::core::encode(
+        state,
+        vgpu_region::core::Owner {
+            start34: owner.start34 ^ 1,
+            ..owner
+        },
+    );
+    f.write_all_at(&forged.to_ne_bytes(), off).unwrap();
+    assert_eq!(
+        r.reclaim_dead(),
+        1,
+        "a slot of a reused PID must be reclaimed"
+    );
+    assert_eq!(r.live_slots(), 0);
+    hold.open();
+    assert!(k.wait().unwrap().success());
+}
