@@ -105,7 +105,9 @@ fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
         crash: a.crash_worker.clone(),
     };
     let header = sweep::machine_header(command, &driver);
-    let rep = sweep::run(&cfg, header, &mut |line| eprintln!("vgpu bench init: {line}"))?;
+    let rep = sweep::run(&cfg, header, &mut |line| {
+        eprintln!("vgpu bench init: {line}")
+    })?;
     let text = report::text(&rep);
     print!("{text}");
     let write = |path: &Option<PathBuf>, body: String| -> anyhow::Result<()> {
