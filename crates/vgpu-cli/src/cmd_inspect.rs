@@ -1,6 +1,7 @@
 //! `vgpu inspect <cache> [--json]`: a shared region's header, limits and
 //! live slots with their usage, identity and phase timestamps. Reads only
-//! (no reclaim, no lock); a file that is not a usable region is explained.
+//! (read-only mapping: no reclaim, no writes); a file that is not a usable
+//! region is explained.
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -16,7 +17,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let r = match Region::open(&args.cache) {
+    let r = match Region::open_read_only(&args.cache) {
         Ok(r) => r,
         Err(e) => {
             let mut msg = e.to_string();
@@ -213,7 +214,7 @@ mod tests {
         slot.set_phase(Phase::WrapperExit, 3_000_000);
         slot.bump_fallback(Fallback::BadSetting);
         // A second mapping, as `vgpu inspect` would open it.
-        let snap = Region::open(&p).unwrap().snapshot();
+        let snap = Region::open_read_only(&p).unwrap().snapshot();
         let out = render(&snap);
         let pid = std::process::id().to_string();
         for want in [
