@@ -306,3 +306,50 @@ pub fn git_revision() -> String {
         None => "unknown (not a git checkout)".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_or_name_what_is_wrong() {
+        assert_eq!(parse_mode("native").unwrap(), Mode::Native);
+        let e = parse_mode("fast").unwrap_err().to_string();
+        assert!(e.contains("\"fast\"") && e.contains("preload:PATH"), "{e}");
+        let e = parse_mode("preload:/nonexistent/libx.so")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/libx.so"), "{e}");
+        assert!(parse_mode("preload:").is_err());
+        // Any existing file is accepted and labelled by its name.
+        let f = tempfile::Builder::new().suffix(".so").tempfile().unwrap();
+        match parse_mode(&format!("preload:{}", f.path().display())).unwrap() {
+            Mode::Preload { label, lib } => {
+                assert!(
+                    label.starts_with("preload:") && label.ends_with(".so"),
+                    "{label}"
+                );
+                assert!(lib.is_absolute());
+            }
+            m => panic!("{m:?}"),
+        }
+    }
+
+    #[test]
+    fn sweep_without_conditions_is_refused() {
+        let cfg = SweepConfig {
+            modes: vec![Mode::Native],
+            workers: vec![],
+            repeat: 1,
+            then: Then::None,
+            resolve: Resolve::Default,
+            worker_exe: PathBuf::from("/nonexistent"),
+            env: vec![],
+            timeout: Duration::from_secs(1),
+            seed: 1,
+            crash: vec![],
+        };
+        let r = run(&cfg, Header::default(), &mut |_| {});
+        assert!(matches!(r, Err(SweepError::NoConditions)));
+    }
+}
