@@ -38,6 +38,9 @@ pub const MAX_NS_LEVELS: usize = 33;
 /// `include/linux/proc_ns.h`), fixed by the kernel ABI.
 pub const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
 
+/// Filesystem magic of nsfs (`NSFS_MAGIC`), where `/proc/*/ns/*` links lead.
+const NSFS_MAGIC: u64 = 0x6e73_6673;
+
 /// Largest `status` file read; real ones are ~1.5 KiB.
 const STATUS_MAX: usize = 64 * 1024;
 
@@ -266,6 +269,34 @@ pub fn host_pid_from_mount(mount: &Path) -> Result<u32, ProcfsError> {
     }
 }
 
+/// Whether the calling process runs in the initial PID namespace, judged by
+/// `<proc>/self/ns/pid` (normally `/proc`): the link must lead to nsfs and
+/// carry the kernel's fixed `PROC_PID_INIT_INO`. Then `getpid()` is the host
+/// PID and no tier is needed. `proc` itself must be procfs.
+pub fn in_initial_pid_namespace(proc: &Path) -> Result<bool, ProcfsError> {
+    let ns_path = proc.join("self/ns/pid");
+    let read_err = |e: rustix::io::Errno| ProcfsError::Read {
+        path: ns_path.clone(),
+        source: e.into(),
+    };
+    #[allow(clippy::unnecessary_cast)]
+    let magic = rustix::fs::statfs(proc).map_err(read_err)?.f_type as u64;
+    #[allow(clippy::unnecessary_cast)]
+    if magic != rustix::fs::PROC_SUPER_MAGIC as u64 {
+        return Err(ProcfsError::NotProcfs {
+            path: proc.to_owned(),
+            magic,
+        });
+    }
+    // Opening the link follows it to the namespace inode on nsfs.
+    let fd = rustix::fs::open(&ns_path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(read_err)?;
+    #[allow(clippy::unnecessary_cast)]
+    let ns_magic = rustix::fs::fstatfs(&fd).map_err(read_err)?.f_type as u64;
+    let st = rustix::fs::fstat(&fd).map_err(read_err)?;
+    Ok(ns_magic == NSFS_MAGIC && st.st_ino == PROC_PID_INIT_INO)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +388,19 @@ mod tests {
             host_pid_from_mount(Path::new("/proc")).unwrap(),
             std::process::id()
         );
+    }
+
+    #[test]
+    fn initial_namespace_is_recognised() {
+        let here = in_initial_pid_namespace(Path::new("/proc")).unwrap();
+        let ino =
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata("/proc/self/ns/pid").unwrap());
+        assert_eq!(here, ino == PROC_PID_INIT_INO);
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            in_initial_pid_namespace(dir.path()),
+            Err(ProcfsError::NotProcfs { .. })
+        ));
     }
 
     #[test]

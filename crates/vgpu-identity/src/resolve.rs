@@ -26,6 +26,8 @@ pub struct ResolveConfig {
     pub procfs: Option<PathBuf>,
     /// Probe settings; the probe runs only when a driver is passed.
     pub probe: ProbeOptions,
+    /// Skip the "already in the initial PID namespace" shortcut (tests).
+    pub skip_same_namespace: bool,
 }
 
 impl ResolveConfig {
@@ -68,6 +70,10 @@ impl Resolution {
 
 /// Runs the tiers in order. `driver` enables the probe; pass `None` where
 /// it must not run (e.g. no device is initialised yet).
+///
+/// First, a process that runs in the initial PID namespace (checked through
+/// `/proc/self/ns/pid`) needs no tier: its `getpid()` is the host PID
+/// ([`Tier::SAME_NAMESPACE`], zero attempts).
 pub fn resolve<D: ProbeDriver + ?Sized>(cfg: &ResolveConfig, driver: Option<&mut D>) -> Resolution {
     let start = Instant::now();
     let mut t = Telemetry::default();
@@ -82,6 +88,12 @@ pub fn resolve<D: ProbeDriver + ?Sized>(cfg: &ResolveConfig, driver: Option<&mut
             tier_failures: fails,
         }
     };
+
+    if !cfg.skip_same_namespace
+        && procfs::in_initial_pid_namespace(std::path::Path::new("/proc")).unwrap_or(false)
+    {
+        return done(t, fails, Tier::SAME_NAMESPACE, std::process::id());
+    }
 
     match &cfg.broker {
         Some(path) => {
@@ -160,9 +172,28 @@ mod tests {
         }
     }
 
+    fn no_shortcut() -> ResolveConfig {
+        ResolveConfig {
+            skip_same_namespace: true,
+            ..ResolveConfig::default()
+        }
+    }
+
+    #[test]
+    fn host_namespace_needs_no_tier() {
+        let r = resolve::<NoDriver>(&ResolveConfig::default(), None);
+        if procfs::in_initial_pid_namespace(std::path::Path::new("/proc")).unwrap() {
+            assert_eq!(r.telemetry.tier, Tier::SAME_NAMESPACE);
+            assert_eq!(r.host_pid(), Some(std::process::id()));
+            assert_eq!(r.telemetry.attempts, 0);
+        } else {
+            assert_ne!(r.telemetry.tier, Tier::SAME_NAMESPACE);
+        }
+    }
+
     #[test]
     fn nothing_configured_fails_visibly() {
-        let r = resolve::<NoDriver>(&ResolveConfig::default(), None);
+        let r = resolve::<NoDriver>(&no_shortcut(), None);
         assert_eq!(r.host_pid(), None);
         assert_eq!(r.telemetry.tier, Tier::NONE);
         assert_eq!(r.telemetry.failure, FailureCode::PROBE_NOT_AVAILABLE);
@@ -182,7 +213,7 @@ mod tests {
         let cfg = ResolveConfig {
             broker: Some(dir.path().join("absent.sock")),
             procfs: Some(dir.path().to_owned()),
-            ..ResolveConfig::default()
+            ..no_shortcut()
         };
         let r = resolve::<NoDriver>(&cfg, None);
         assert_eq!(r.host_pid(), None);

@@ -18,6 +18,9 @@ impl Tier {
     pub const PROCFS: Tier = Tier(2);
     /// NVML probe (retain a primary context, diff the process list).
     pub const PROBE: Tier = Tier(3);
+    /// The process runs in the initial PID namespace: `getpid()` is the
+    /// host PID (same value as `vgpu_region::IdentityTier::SameNamespace`).
+    pub const SAME_NAMESPACE: Tier = Tier(4);
 
     /// Stable lower-case name.
     pub fn name(self) -> &'static str {
@@ -26,6 +29,7 @@ impl Tier {
             Tier::BROKER => "broker",
             Tier::PROCFS => "procfs",
             Tier::PROBE => "probe",
+            Tier::SAME_NAMESPACE => "same_namespace",
             _ => "unknown",
         }
     }

@@ -129,6 +129,63 @@ fn child_entry() {
             ]);
             wait_stdin_eof();
         }
+        "resolve" => {
+            use vgpu_identity::resolve::{resolve, ResolveConfig};
+            let sock = env_path("VGPU_ID_SOCK");
+            let hostproc = env_path("VGPU_ID_HOSTPROC");
+            let show = |name: &str, cfg: ResolveConfig| {
+                let r = resolve::<FileNode>(&cfg, None);
+                let f: Vec<String> = r
+                    .tier_failures
+                    .iter()
+                    .map(|c| c.name().to_owned())
+                    .collect();
+                (
+                    name.to_owned(),
+                    format!(
+                        "{}/{:?}/{}/{}/{}",
+                        r.telemetry.tier.name(),
+                        r.host_pid(),
+                        r.telemetry.attempts,
+                        r.telemetry.failure.name(),
+                        f.join(",")
+                    )
+                    .replace(' ', ""),
+                )
+            };
+            let missing = sock.with_file_name("absent.sock");
+            let rows = [
+                show(
+                    "broker",
+                    ResolveConfig {
+                        broker: Some(sock.clone()),
+                        procfs: Some(hostproc.clone()),
+                        ..ResolveConfig::default()
+                    },
+                ),
+                show(
+                    "procfs",
+                    ResolveConfig {
+                        broker: Some(missing.clone()),
+                        procfs: Some(hostproc.clone()),
+                        ..ResolveConfig::default()
+                    },
+                ),
+                show(
+                    "none",
+                    ResolveConfig {
+                        broker: Some(missing.clone()),
+                        procfs: Some(PathBuf::from("/proc")),
+                        ..ResolveConfig::default()
+                    },
+                ),
+            ];
+            let mut kv: Vec<(&str, String)> =
+                rows.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+            kv.push(("inner", me.to_string()));
+            result(&kv);
+            wait_stdin_eof();
+        }
         "serve" => {
             let b = Broker::bind(BrokerConfig {
                 socket: env_path("VGPU_ID_SOCK"),
@@ -412,4 +469,56 @@ fn thirty_two_probers_with_a_killed_lock_holder() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("violation"))
         .collect();
     assert!(violations.is_empty(), "probes overlapped: {violations:?}");
+}
+
+#[test]
+fn tier_chain_inside_a_pid_namespace() {
+    assert!(
+        unshare_works(),
+        "unshare --pid --fork --mount-proc must work here (run as root)"
+    );
+    let dir = common::sock_dir();
+    let b = RunningBroker::at(dir.path());
+    let hostproc = dir.path().join("hostproc");
+    std::fs::create_dir(&hostproc).unwrap();
+    let script =
+        r#"mount --bind /proc "$VGPU_ID_HOSTPROC" && mount -t proc proc /proc && exec "$0" "$@""#;
+    let mut child = child_cmd(
+        &[
+            "unshare", "--pid", "--fork", "--mount", "--", "sh", "-c", script,
+        ],
+        "resolve",
+    )
+    .env("VGPU_ID_HOSTPROC", &hostproc)
+    .env("VGPU_ID_SOCK", &b.path)
+    .spawn()
+    .unwrap();
+    let unshare_pid = child.id();
+    let r = read_result(&mut BufReader::new(child.stdout.take().unwrap()));
+    let broker: Vec<&str> = r["broker"].split('/').collect();
+    let procfs_row: Vec<&str> = r["procfs"].split('/').collect();
+    let none: Vec<&str> = r["none"].split('/').collect();
+    // tier / pid / attempts / failure / per-tier failures
+    assert_eq!(broker[0], "broker", "{r:?}");
+    let pid: u32 = broker[1]
+        .trim_start_matches("Some(")
+        .trim_end_matches(')')
+        .parse()
+        .unwrap();
+    let (ns, ppid) = host_view(pid);
+    assert_eq!(ppid, unshare_pid);
+    assert_eq!(ns, vec![pid, 1]);
+    assert_eq!(broker[2], "1");
+    assert_eq!(procfs_row[0], "procfs", "{r:?}");
+    assert_eq!(procfs_row[1], format!("Some({pid})"));
+    assert_eq!(procfs_row[2], "2");
+    assert!(procfs_row[4].starts_with("BROKER_MISSING,"), "{r:?}");
+    assert_eq!(none[1], "None", "{r:?}");
+    // The last tier actually tried says why.
+    assert_eq!(none[3], "PROCFS_OWN_NAMESPACE");
+    assert_eq!(
+        none[4],
+        "BROKER_MISSING,PROCFS_OWN_NAMESPACE,PROBE_NOT_AVAILABLE"
+    );
+    finish(child);
 }
