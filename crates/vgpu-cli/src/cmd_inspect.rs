@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use vgpu_region::{Region, Snapshot};
+use vgpu_region::{Region, SlotSnapshot, Snapshot};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,7 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&snap)?);
     } else {
-        print!("{}", render(&snap));
+        print!("{}", render_with(&snap, &owner_status));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -63,8 +63,24 @@ fn limit(mem: u64) -> String {
     }
 }
 
-/// The human-readable report.
-pub fn render(s: &Snapshot) -> String {
+/// Whether a slot's owner still runs, as far as this process can tell
+/// (only owners of our own PID namespace can be judged).
+fn owner_status(sl: &SlotSnapshot) -> &'static str {
+    let me = vgpu_region::ident::current();
+    if sl.pid_ns == 0 || sl.pid_ns != me.pidns_inode || !me.procfs_ok {
+        return "owner in another PID namespace";
+    }
+    let start34 = sl.start_time & vgpu_region::core::START_MASK;
+    if vgpu_region::ident::is_dead(&me, sl.pid, start34) {
+        "owner gone, not yet reclaimed"
+    } else {
+        "owner running"
+    }
+}
+
+/// The human-readable report, with a note per slot (whether its owner
+/// still runs).
+pub fn render_with(s: &Snapshot, note: &dyn Fn(&SlotSnapshot) -> &'static str) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let h = &s.header;
@@ -114,11 +130,13 @@ pub fn render(s: &Snapshot) -> String {
         } else {
             sl.host_pid.to_string()
         };
+        let n = note(sl);
         let _ = writeln!(
             o,
-            "  #{} {} pid {} host pid {} start {} pidns {}  identity {} {} (attempts {}, failure {}, {} ns)  run {}",
+            "  #{} {}{} pid {} host pid {} start {} pidns {}  identity {} {} (attempts {}, failure {}, {} ns)  run {}",
             sl.index,
             sl.state,
+            if n.is_empty() { String::new() } else { format!(" ({n})") },
             sl.pid,
             host,
             sl.start_time,
@@ -215,14 +233,14 @@ mod tests {
         slot.bump_fallback(Fallback::BadSetting);
         // A second mapping, as `vgpu inspect` would open it.
         let snap = Region::open_read_only(&p).unwrap().snapshot();
-        let out = render(&snap);
+        let out = render_with(&snap, &owner_status);
         let pid = std::process::id().to_string();
         for want in [
             "GPU-inspect-0",
             "memory limit 4.0 GiB",
             "SM limit 40%",
             "used 4.0 MiB",
-            &format!("pid {pid} host pid 424242"),
+            &format!("live (owner running) pid {pid} host pid 424242"),
             "identity Broker Resolved (attempts 2",
             "data 3145728",
             "context 1048576",

@@ -38,8 +38,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(s) if s.eq_ignore_ascii_case("none") => Some(0),
         Some(s) => Some(parse_sm_percent(s).context("--sm")?),
     };
-    let r = Region::open(&args.cache)
-        .with_context(|| format!("opening region {}", args.cache.display()))?;
+    // RegionError names the file and what failed.
+    let r = Region::open(&args.cache)?;
     let devices: Vec<u32> = match args.device {
         Some(d) if d < r.device_count() => vec![d],
         Some(d) => anyhow::bail!(
