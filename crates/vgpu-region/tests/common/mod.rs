@@ -55,7 +55,9 @@ pub fn proc_state(pid: u32) -> Option<u8> {
 
 /// Waits until the child is stopped (SIGSTOP at its fail point) or gone.
 pub fn wait_stopped(c: &mut Child) -> bool {
-    for _ in 0..20_000 {
+    // Generous: a loaded CI machine may take long to schedule the worker.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::time::Instant::now() < deadline {
         if let Ok(Some(_)) = c.try_wait() {
             return false;
         }
