@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use vgpu_cuda_abi::CUresult;
-use vgpu_sim::clock::{now_ns, sleep_until, spend};
+use vgpu_sim::clock::{now_ns, spend};
 use vgpu_sim::{log, CtxCost, Machine, MachineError};
 
 pub type R<T = ()> = Result<T, CUresult>;
@@ -45,10 +45,10 @@ pub struct Ctx {
     pub dev: usize,
     pub primary: bool,
     pub flags: u32,
-    /// End of the last work queued in this context.
-    pub last_end: u64,
-    /// Legacy default stream's last work.
-    pub default_stream_end: u64,
+    /// Sequence number of the last launch in this context.
+    pub last_seq: u64,
+    /// ... and on its legacy default stream.
+    pub default_seq: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -56,14 +56,15 @@ pub struct Stream {
     pub ctx: u64,
     pub flags: u32,
     pub priority: i32,
-    pub last_end: u64,
+    pub last_seq: u64,
 }
 
 #[derive(Clone, Debug)]
 pub struct Event {
     pub flags: u32,
-    /// When the work before the record completes.
-    pub at: Option<u64>,
+    /// Once recorded: the launch it waits for (0: none) and, once known,
+    /// when that completed.
+    pub mark: Option<(u64, Option<u64>)>,
 }
 
 #[derive(Clone, Debug)]
@@ -340,8 +341,8 @@ impl Driver {
                 dev,
                 primary: false,
                 flags,
-                last_end: 0,
-                default_stream_end: 0,
+                last_seq: 0,
+                default_seq: 0,
             },
         );
         drop(g);
@@ -390,9 +391,9 @@ impl Driver {
         if c.primary {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
-        let end = c.last_end;
+        let seq = c.last_seq;
         drop(g);
-        sleep_until(end);
+        self.m.wait(seq);
         spend(self.m.header().ctx_destroy_ns);
         let mut g = self.lock();
         self.teardown(&mut g, ctx);
@@ -422,8 +423,8 @@ impl Driver {
                     dev,
                     primary: true,
                     flags,
-                    last_end: 0,
-                    default_stream_end: 0,
+                    last_seq: 0,
+                    default_seq: 0,
                 },
             );
             let p = &mut g.primaries[dev];
@@ -454,9 +455,9 @@ impl Driver {
             return Ok(());
         }
         let ctx = p.ctx;
-        let end = g.ctxs.get(&ctx).map(|c| c.last_end).unwrap_or(0);
+        let seq = g.ctxs.get(&ctx).map(|c| c.last_seq).unwrap_or(0);
         drop(g);
-        sleep_until(end);
+        self.m.wait(seq);
         spend(self.m.header().primary_release_ns);
         let mut g = self.lock();
         self.teardown(&mut g, ctx);
@@ -502,8 +503,8 @@ impl Driver {
 
     pub fn ctx_synchronize(&self) -> R {
         let (c, _) = self.ctx()?;
-        let end = self.lock().ctxs.get(&c).map(|c| c.last_end).unwrap_or(0);
-        sleep_until(end);
+        let seq = self.lock().ctxs.get(&c).map(|c| c.last_seq).unwrap_or(0);
+        self.m.wait(seq);
         Ok(())
     }
 
@@ -998,33 +999,34 @@ impl Driver {
         let waves = blocks.div_ceil(sms);
         let duration = waves.saturating_mul(block_ns);
         let pt = per_thread && stream == 0 || stream == CU_STREAM_PER_THREAD;
-        let after = self.stream_end(ctx, stream, pt)?;
-        let end = self.m.launch(dev, after, duration).map_err(machine_err)?;
-        self.set_stream_end(ctx, stream, pt, end);
+        // Validates the stream; the process's queue keeps launch order.
+        self.stream_seq(ctx, stream, pt)?;
+        let seq = self.m.launch(dev, duration).map_err(machine_err)?;
+        self.set_stream_seq(ctx, stream, pt, seq);
         Ok(())
     }
 
     /// Last work queued on a stream.
-    pub fn stream_end(&self, ctx: u64, stream: u64, per_thread: bool) -> R<u64> {
+    pub fn stream_seq(&self, ctx: u64, stream: u64, per_thread: bool) -> R<u64> {
         let g = self.lock();
         if per_thread {
             return Ok(PT_STREAM.with(|m| m.borrow().get(&ctx).copied().unwrap_or(0)));
         }
         if stream == 0 || stream == CU_STREAM_LEGACY {
-            return Ok(g.ctxs.get(&ctx).map(|c| c.default_stream_end).unwrap_or(0));
+            return Ok(g.ctxs.get(&ctx).map(|c| c.default_seq).unwrap_or(0));
         }
         Ok(g.streams
             .get(&stream)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
-            .last_end)
+            .last_seq)
     }
 
-    pub fn set_stream_end(&self, ctx: u64, stream: u64, per_thread: bool, end: u64) {
+    pub fn set_stream_seq(&self, ctx: u64, stream: u64, per_thread: bool, end: u64) {
         let mut g = self.lock();
         if let Some(c) = g.ctxs.get_mut(&ctx) {
-            c.last_end = c.last_end.max(end);
+            c.last_seq = c.last_seq.max(end);
             if !per_thread && (stream == 0 || stream == CU_STREAM_LEGACY) {
-                c.default_stream_end = c.default_stream_end.max(end);
+                c.default_seq = c.default_seq.max(end);
             }
         }
         if per_thread {
@@ -1034,7 +1036,7 @@ impl Driver {
                 *e = (*e).max(end);
             });
         } else if let Some(s) = g.streams.get_mut(&stream) {
-            s.last_end = s.last_end.max(end);
+            s.last_seq = s.last_seq.max(end);
         }
     }
 
@@ -1053,7 +1055,7 @@ impl Driver {
                 ctx,
                 flags,
                 priority: priority.clamp(-5, 0),
-                last_end: 0,
+                last_seq: 0,
             },
         );
         Ok(id)
@@ -1067,19 +1069,19 @@ impl Driver {
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
     }
 
-    fn resolve_end(&self, stream: u64, per_thread: bool) -> R<u64> {
+    fn resolve_seq(&self, stream: u64, per_thread: bool) -> R<u64> {
         let (ctx, _) = self.stream_ctx(stream)?;
         let pt = per_thread && stream == 0 || stream == CU_STREAM_PER_THREAD;
-        self.stream_end(ctx, stream, pt)
+        self.stream_seq(ctx, stream, pt)
     }
 
     pub fn stream_synchronize(&self, s: u64, per_thread: bool) -> R {
-        sleep_until(self.resolve_end(s, per_thread)?);
+        self.m.wait(self.resolve_seq(s, per_thread)?);
         Ok(())
     }
 
     pub fn stream_query(&self, s: u64, per_thread: bool) -> R {
-        if self.resolve_end(s, per_thread)? > now_ns() {
+        if !self.m.done(self.resolve_seq(s, per_thread)?) {
             Err(CUresult::CUDA_ERROR_NOT_READY)
         } else {
             Ok(())
@@ -1088,15 +1090,18 @@ impl Driver {
 
     pub fn stream_wait_event(&self, s: u64, e: u64, per_thread: bool) -> R {
         let (ctx, _) = self.stream_ctx(s)?;
-        let at = self
+        let seq = self
             .lock()
             .events
             .get(&e)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
-            .at
+            .mark
+            .map(|m| m.0)
             .unwrap_or(0);
+        // The process's queue already runs launches in order; the stream
+        // only has to remember what its synchronization now covers.
         let pt = per_thread && s == 0 || s == CU_STREAM_PER_THREAD;
-        self.set_stream_end(ctx, s, pt, at);
+        self.set_stream_seq(ctx, s, pt, seq);
         Ok(())
     }
 
@@ -1107,65 +1112,75 @@ impl Driver {
         self.ctx()?;
         let mut g = self.lock();
         let id = g.id(T_EVENT);
-        g.events.insert(id, Event { flags, at: None });
+        g.events.insert(id, Event { flags, mark: None });
         Ok(id)
     }
 
     pub fn event_record(&self, e: u64, s: u64, per_thread: bool) -> R {
-        let end = self.resolve_end(s, per_thread)?;
+        let seq = self.resolve_seq(s, per_thread)?;
+        // Nothing pending before it: the event happens now.
+        let at = self.m.done(seq).then(now_ns);
         let mut g = self.lock();
         let ev = g
             .events
             .get_mut(&e)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        ev.at = Some(end.max(now_ns()));
+        ev.mark = Some((if at.is_some() { 0 } else { seq }, at));
         Ok(())
     }
 
-    fn event_at(&self, e: u64) -> R<Option<u64>> {
+    fn event_mark(&self, e: u64) -> R<Option<(u64, Option<u64>)>> {
         Ok(self
             .lock()
             .events
             .get(&e)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
-            .at)
+            .mark)
     }
 
     pub fn event_synchronize(&self, e: u64) -> R {
-        if let Some(t) = self.event_at(e)? {
-            sleep_until(t);
+        if let Some((seq, _)) = self.event_mark(e)? {
+            self.m.wait(seq);
         }
         Ok(())
     }
 
     pub fn event_query(&self, e: u64) -> R {
-        match self.event_at(e)? {
-            Some(t) if t > now_ns() => Err(CUresult::CUDA_ERROR_NOT_READY),
+        match self.event_mark(e)? {
+            Some((seq, _)) if !self.m.done(seq) => Err(CUresult::CUDA_ERROR_NOT_READY),
             _ => Ok(()),
         }
     }
 
-    pub fn event_elapsed(&self, a: u64, b: u64) -> R<f32> {
-        let g = self.lock();
-        let ea = g
+    /// When a recorded event happened, once it has.
+    fn event_time(&self, e: u64) -> R<u64> {
+        let ev = self
+            .lock()
             .events
-            .get(&a)
+            .get(&e)
+            .cloned()
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let eb = g
-            .events
-            .get(&b)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        // CU_EVENT_DISABLE_TIMING
-        if ea.flags & 2 != 0 || eb.flags & 2 != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
-        }
-        let (Some(ta), Some(tb)) = (ea.at, eb.at) else {
+        // CU_EVENT_DISABLE_TIMING, or never recorded.
+        let Some((seq, at)) = ev.mark.filter(|_| ev.flags & 2 == 0) else {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         };
-        let now = now_ns();
-        if ta > now || tb > now {
+        if let Some(t) = at {
+            return Ok(t);
+        }
+        if !self.m.done(seq) {
             return Err(CUresult::CUDA_ERROR_NOT_READY);
         }
+        // The queue slot may have been reused long since: then "now" is
+        // the best bound left.
+        let t = self.m.done_time(seq).unwrap_or_else(now_ns);
+        if let Some(ev) = self.lock().events.get_mut(&e) {
+            ev.mark = Some((seq, Some(t)));
+        }
+        Ok(t)
+    }
+
+    pub fn event_elapsed(&self, a: u64, b: u64) -> R<f32> {
+        let (ta, tb) = (self.event_time(a)?, self.event_time(b)?);
         Ok((tb as f64 - ta as f64) as f32 / 1e6)
     }
 

@@ -87,6 +87,8 @@ pub struct KernelModel {
     pub queue_depth: u32,
     /// NVML utilization sample window.
     pub nvml_window_ns: u64,
+    /// Time slice of one context while others wait for the device.
+    pub timeslice_ns: u64,
 }
 
 impl Default for KernelModel {
@@ -94,6 +96,7 @@ impl Default for KernelModel {
         KernelModel {
             queue_depth: 1024,
             nvml_window_ns: 1_000_000_000,
+            timeslice_ns: 1_000_000,
         }
     }
 }
@@ -320,8 +323,19 @@ impl SimConfig {
                         let name = format!("kernel.{k}");
                         match k.as_str() {
                             "queue_depth" => {
-                                cfg.kernel.queue_depth =
-                                    positive_u32(v).map_err(|p| field(&name, p))?
+                                let d = positive_u32(v).map_err(|p| field(&name, p))?;
+                                let max = crate::state::QUEUE_LEN as u32;
+                                if d > max {
+                                    return Err(field(
+                                        &name,
+                                        format!("{d} is over the {max} maximum"),
+                                    ));
+                                }
+                                cfg.kernel.queue_depth = d;
+                            }
+                            "timeslice_us" => {
+                                let us = positive_u32(v).map_err(|p| field(&name, p))?;
+                                cfg.kernel.timeslice_ns = u64::from(us) * 1000;
                             }
                             "nvml_window_ms" => {
                                 let ms = positive_u32(v).map_err(|p| field(&name, p))?;

@@ -14,7 +14,8 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
@@ -134,6 +135,14 @@ impl Daemon {
     /// the poll set until their request has arrived (or 2 s pass).
     pub fn serve(mut self, stop: Option<OwnedFd>) -> Result<(), DaemonError> {
         let mut pending: Vec<Pending> = Vec::new();
+        let sched_stop = Arc::new(AtomicBool::new(false));
+        let sched = {
+            let (path, flag) = (state_path(&self.dir), sched_stop.clone());
+            std::thread::Builder::new()
+                .name("vgpu-sim-sched".into())
+                .spawn(move || crate::scheduler::run(path, flag))
+                .map_err(DaemonError::Poll)?
+        };
         loop {
             let idxs: Vec<usize> = self.watched.keys().copied().collect();
             let (listen_ready, stop_ready, dead, readable) = {
@@ -219,6 +228,9 @@ impl Daemon {
                 break;
             }
         }
+        sched_stop.store(true, Ordering::Release);
+        crate::scheduler::ring(&self.state);
+        let _ = sched.join();
         let _ = std::fs::remove_file(sock_path(&self.dir));
         let _ = std::fs::remove_file(pid_path(&self.dir));
         Ok(())
@@ -310,6 +322,8 @@ impl Daemon {
             r.mem[d].store(0, Ordering::SeqCst);
             r.contexts[d].store(0, Ordering::SeqCst);
         }
+        r.q_tail.store(0, Ordering::SeqCst);
+        r.q_done.store(0, Ordering::SeqCst);
         r.generation.fetch_add(1, Ordering::AcqRel);
         r.host_pid.store(pid, Ordering::Release);
         // Published before the record goes live, so every scan covers it.

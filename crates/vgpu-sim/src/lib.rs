@@ -16,6 +16,7 @@ pub mod daemon;
 mod handle;
 pub mod log;
 pub mod machine;
+pub mod scheduler;
 pub mod state;
 
 pub use config::{ConfigError, CostModel, SimConfig};

@@ -10,9 +10,9 @@ use std::sync::Mutex;
 use rustix::fs::{flock, FlockOperation};
 
 use crate::client::{self, ClientError};
-use crate::clock::{now_ns, sleep_until, spend};
+use crate::clock::{now_ns, spend};
 use crate::daemon::{ctx_lock_path, state_path, CMD_ATTACH, CMD_REGISTER};
-use crate::state::{DeviceRec, ProcRec, State, StateError, PROC_LIVE};
+use crate::state::{DeviceRec, ProcRec, State, StateError, PROC_LIVE, QUEUE_LEN};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MachineError {
@@ -69,8 +69,8 @@ pub struct Machine {
     /// `getpid()` when registered (differs after fork).
     pub local_pid: u32,
     record: Option<(usize, u64)>,
-    /// End times of this process's launches not yet finished.
-    pending: Mutex<Vec<u64>>,
+    /// Serializes this process's threads as the queue's one producer.
+    enqueue: Mutex<()>,
 }
 
 impl Machine {
@@ -96,7 +96,7 @@ impl Machine {
             host_pid,
             local_pid: std::process::id(),
             record,
-            pending: Mutex::new(Vec::new()),
+            enqueue: Mutex::new(()),
         })
     }
 
@@ -250,50 +250,86 @@ impl Machine {
         self.state.header()
     }
 
-    /// Occupy `dev` for `duration_ns`, after `after_ns` (the stream's last
-    /// work) and after everything already queued on the device (contexts
-    /// time-slice one device). Blocks first while this process has
-    /// `kernel_queue_depth` launches unfinished. Returns the end time.
-    pub fn launch(&self, dev: usize, after_ns: u64, duration_ns: u64) -> Result<u64, MachineError> {
-        let d = self.device(dev)?;
-        let depth = self.header().kernel_queue_depth.max(1) as usize;
+    /// Queue a kernel occupying `dev` for `duration_ns` and return its
+    /// sequence number. Blocks first while this process has
+    /// `kernel_queue_depth` launches unfinished (a full pushbuffer). The
+    /// daemon's scheduler runs queued kernels, time-slicing the device
+    /// between processes; a process's kernels complete in launch order.
+    pub fn launch(&self, dev: usize, duration_ns: u64) -> Result<u64, MachineError> {
+        self.device(dev)?;
+        let r = self.rec()?;
+        let depth = (self.header().kernel_queue_depth as usize).clamp(1, QUEUE_LEN) as u64;
+        // One producer per process: threads take turns.
+        let _g = self.enqueue.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            let now = now_ns();
-            let wait = {
-                let mut q = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                q.retain(|e| *e > now);
-                if q.len() < depth {
-                    None
-                } else {
-                    q.iter().copied().min()
-                }
-            };
-            match wait {
-                None => break,
-                Some(t) => sleep_until(t),
+            let f = r.q_futex.load(Ordering::Acquire);
+            let tail = r.q_tail.load(Ordering::Relaxed);
+            if tail - r.q_done.load(Ordering::Acquire) < depth {
+                break;
             }
+            self.rec()?;
+            futex_wait(&r.q_futex, f, 50_000_000);
         }
-        let now = now_ns();
-        let mut cur = d.busy_until.load(Ordering::Acquire);
-        let (start, end) = loop {
-            let start = now.max(cur).max(after_ns);
-            let end = start + duration_ns;
-            match d
-                .busy_until
-                .compare_exchange_weak(cur, end, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => break (start, end),
-                Err(v) => cur = v,
+        let tail = r.q_tail.load(Ordering::Relaxed);
+        let seq = tail + 1;
+        let e = &r.queue[(tail % QUEUE_LEN as u64) as usize];
+        e.seq.store(0, Ordering::Release);
+        e.duration_ns.store(duration_ns, Ordering::Relaxed);
+        e.launch_ns.store(now_ns(), Ordering::Relaxed);
+        e.done_ns.store(0, Ordering::Relaxed);
+        e.device.store(dev as u32, Ordering::Relaxed);
+        e.seq.store(seq, Ordering::Release);
+        r.q_tail.store(seq, Ordering::Release);
+        // Ring the scheduler when the queue was empty (it may be asleep).
+        if r.q_done.load(Ordering::Acquire) == tail {
+            let h = self.header();
+            h.doorbell.fetch_add(1, Ordering::AcqRel);
+            let _ = rustix::thread::futex::wake(
+                &h.doorbell,
+                rustix::thread::futex::Flags::empty(),
+                u32::MAX,
+            );
+        }
+        Ok(seq)
+    }
+
+    /// Has launch `seq` (0: nothing) completed?
+    pub fn done(&self, seq: u64) -> bool {
+        seq == 0
+            || self
+                .rec()
+                .map(|r| r.q_done.load(Ordering::Acquire) >= seq)
+                .unwrap_or(true)
+    }
+
+    /// Block until launch `seq` has completed.
+    pub fn wait(&self, seq: u64) {
+        let Ok(r) = self.rec() else { return };
+        loop {
+            let f = r.q_futex.load(Ordering::Acquire);
+            if r.q_done.load(Ordering::Acquire) >= seq || self.rec().is_err() {
+                return;
             }
-        };
-        if duration_ns > 0 {
-            self.state.record_kernel(dev, self.host_pid, start, end);
+            futex_wait(&r.q_futex, f, 50_000_000);
         }
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(end);
-        Ok(end)
+    }
+
+    /// When launch `seq` completed, if it has and the queue still holds it.
+    pub fn done_time(&self, seq: u64) -> Option<u64> {
+        let r = self.rec().ok()?;
+        if seq == 0 || r.q_done.load(Ordering::Acquire) < seq {
+            return None;
+        }
+        let e = &r.queue[((seq - 1) % QUEUE_LEN as u64) as usize];
+        let t = e.done_ns.load(Ordering::Acquire);
+        (e.seq.load(Ordering::Acquire) == seq && t > 0).then_some(t)
+    }
+
+    /// Launches queued so far.
+    pub fn launched(&self) -> u64 {
+        self.rec()
+            .map(|r| r.q_tail.load(Ordering::Acquire))
+            .unwrap_or(0)
     }
 
     /// Busy nanoseconds on `dev` within `[from, to)`, in total and per host pid.
@@ -358,4 +394,14 @@ impl Machine {
             })
             .collect()
     }
+}
+
+/// Wait on a shared (cross-process) futex word while it holds `val`, at
+/// most `timeout_ns`. Spurious and early returns are fine: callers loop.
+pub fn futex_wait(word: &std::sync::atomic::AtomicU32, val: u32, timeout_ns: u64) {
+    let t = rustix::time::Timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as i64,
+        tv_nsec: (timeout_ns % 1_000_000_000) as i64,
+    };
+    let _ = rustix::thread::futex::wait(word, rustix::thread::futex::Flags::empty(), val, Some(&t));
 }

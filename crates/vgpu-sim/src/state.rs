@@ -16,10 +16,12 @@ use memmap2::MmapRaw;
 use crate::config::{SimConfig, MAX_DEVICES};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 pub const MAX_PROCS: usize = 1024;
 /// Kernel intervals kept per device (a ring).
 pub const KERNEL_RING: usize = 65536;
+/// Launch-queue slots per process (the most `kernel.queue_depth` may be).
+pub const QUEUE_LEN: usize = 1024;
 /// Cold primary-context retains kept (a ring).
 pub const RETAIN_RING: usize = 4096;
 pub const NAME_LEN: usize = 64;
@@ -66,12 +68,18 @@ pub struct Header {
     pub nvml_snapshot_ns: u64,
     pub kernel_queue_depth: u64,
     pub nvml_window_ns: u64,
+    /// How long one context runs before another with pending work gets
+    /// the device.
+    pub timeslice_ns: u64,
     /// Realtime minus monotonic clock at creation, ns (NVML timestamps are
     /// wall-clock microseconds; the timelines are CLOCK_MONOTONIC).
     pub realtime_offset_ns: i64,
     pub retain_head: AtomicU64,
     /// One past the highest process record ever claimed: scans stop here.
     pub proc_hwm: AtomicU32,
+    /// Bumped (and futex-woken) when a process queues work on an empty
+    /// queue: wakes the daemon's scheduler.
+    pub doorbell: AtomicU32,
 }
 
 #[repr(C)]
@@ -82,8 +90,6 @@ pub struct DeviceRec {
     pub max_threads_per_sm: u32,
     pub cc_major: u32,
     pub cc_minor: u32,
-    /// End of the last work queued on this device (CLOCK_MONOTONIC ns).
-    pub busy_until: AtomicU64,
     pub kernel_head: AtomicU64,
 }
 
@@ -98,6 +104,20 @@ pub struct KernelRec {
     pub _pad: u32,
 }
 
+/// One launched kernel waiting in (or done with) its process's queue.
+#[repr(C)]
+pub struct QEntry {
+    /// The launch's sequence number (1-based) once the entry is written.
+    pub seq: AtomicU64,
+    pub duration_ns: AtomicU64,
+    /// When it was launched: it cannot start earlier.
+    pub launch_ns: AtomicU64,
+    /// When it completed (written by the scheduler).
+    pub done_ns: AtomicU64,
+    pub device: AtomicU32,
+    pub _pad: u32,
+}
+
 /// One process of the simulated driver, keyed by host PID.
 #[repr(C)]
 pub struct ProcRec {
@@ -107,6 +127,14 @@ pub struct ProcRec {
     pub generation: AtomicU64,
     pub mem: [AtomicU64; MAX_DEVICES],
     pub contexts: [AtomicU32; MAX_DEVICES],
+    /// Launches queued so far (the process writes it; single producer).
+    pub q_tail: AtomicU64,
+    /// Launches completed so far (the scheduler writes it).
+    pub q_done: AtomicU64,
+    /// Bumped and futex-woken at every completion; processes wait on it.
+    pub q_futex: AtomicU32,
+    pub _pad: u32,
+    pub queue: [QEntry; QUEUE_LEN],
 }
 
 /// One cold primary-context retain, for tests of serialization.
@@ -187,6 +215,7 @@ impl State {
             h.nvml_snapshot_ns = cfg.cost.nvml_snapshot_ns;
             h.kernel_queue_depth = u64::from(cfg.kernel.queue_depth);
             h.nvml_window_ns = cfg.kernel.nvml_window_ns;
+            h.timeslice_ns = cfg.kernel.timeslice_ns;
             h.realtime_offset_ns =
                 crate::clock::realtime_ns() as i64 - crate::clock::now_ns() as i64;
         }
@@ -460,9 +489,10 @@ mod tests {
     fn layout_is_stable() {
         assert_eq!(std::mem::size_of::<KernelRec>(), 32);
         assert_eq!(std::mem::size_of::<RetainRec>(), 32);
+        assert_eq!(std::mem::size_of::<QEntry>(), 40);
         assert_eq!(
             std::mem::size_of::<ProcRec>(),
-            16 + 8 * MAX_DEVICES + 4 * MAX_DEVICES
+            16 + 8 * MAX_DEVICES + 4 * MAX_DEVICES + 24 + 40 * QUEUE_LEN
         );
         assert_eq!(HEADER_SIZE % 64, 0);
     }

@@ -306,10 +306,15 @@ fn shares(sim: &SimHandle, from: u64, to: u64) -> (f64, HashMap<u32, f64>) {
 }
 
 fn util_sim() -> SimHandle {
-    // A short NVML window and a deep enough queue that a briefly
-    // descheduled launcher does not starve the device.
-    let toml = "[kernel]\nnvml_window_ms = 400\nqueue_depth = 64\n";
-    SimHandle::start(SimOptions::from_toml(toml).unwrap()).expect("sim")
+    util_sim_depth(64)
+}
+
+fn util_sim_depth(depth: u32) -> SimHandle {
+    // A short NVML window. The queue holds some work ahead, so a briefly
+    // descheduled launcher leaves no gap; fairness comes from the
+    // scheduler's time slices, not from launch timing.
+    let toml = format!("[kernel]\nnvml_window_ms = 400\nqueue_depth = {depth}\n");
+    SimHandle::start(SimOptions::from_toml(&toml).unwrap()).expect("sim")
 }
 
 fn nvml_util(sim: &SimHandle) -> (u32, HashMap<u32, u32>) {
@@ -611,4 +616,43 @@ fn devices_are_accounted_separately() {
     let st = sim.state().unwrap();
     assert_eq!((st.used_bytes(0), st.used_bytes(1)), (0, 256 * MIB));
     assert!(p.finish().success());
+}
+
+#[test]
+fn long_kernels_are_time_sliced_against_short_ones() {
+    // Few launches ahead: 50 ms kernels would otherwise queue seconds.
+    let sim = util_sim_depth(8);
+    // 50 ms single-wave kernels against 0.2 ms ones: each process still
+    // gets about half of the device, slice by slice.
+    let mut a = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init", "retain", "0", "ready", "launch", "50000", "132", "2500",
+        ],
+    );
+    let mut b = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init", "retain", "0", "ready", "launch", "200", "132", "2500",
+        ],
+    );
+    a.expect("ready");
+    b.expect("ready");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (gpu, per) = nvml_util(&sim);
+    let (pa, pb) = (a.child.id(), b.child.id());
+    a.expect("launched");
+    b.expect("launched");
+    assert!(a.finish().success() && b.finish().success());
+    eprintln!("long vs short kernels: NVML device {gpu} %, per process {per:?}");
+    assert!((85..=100).contains(&gpu), "device utilization {gpu} %");
+    for pid in [pa, pb] {
+        let u = per.get(&pid).copied().unwrap_or(0);
+        assert!(
+            (35..=65).contains(&u),
+            "pid {pid} at {u} % (want ~50): {per:?}"
+        );
+    }
 }

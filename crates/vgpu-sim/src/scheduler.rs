@@ -1,0 +1,261 @@
+//! The device scheduler: a daemon thread that runs the kernels processes
+//! queue in their records, the way a GPU time-slices contexts. Per device,
+//! one kernel runs at a time; when another process has work waiting, the
+//! running one is preempted after `timeslice_ns` and the next process in
+//! round-robin order gets the device. A process's own kernels run in launch
+//! order. Time is real (CLOCK_MONOTONIC) but back-dated: a kernel starts
+//! when the device became free (or when it was launched, if later), not
+//! when this thread got around to it, so a late wake-up leaves no gap.
+//! Every interval run is appended to the device's kernel timeline, which
+//! NVML's utilization reads.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::clock::now_ns;
+use crate::machine::futex_wait;
+use crate::state::{State, PROC_LIVE, QUEUE_LEN};
+
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    rec: usize,
+    generation: u64,
+    seq: u64,
+    pid: u32,
+    /// When this kernel (segment) started.
+    slice_start: u64,
+    /// When this process got the device: its time slice runs from here,
+    /// across its consecutive kernels.
+    owner_since: u64,
+    remaining: u64,
+}
+
+/// A queued kernel at the head of a process's queue.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    rec: usize,
+    generation: u64,
+    seq: u64,
+    pid: u32,
+    duration: u64,
+    launch: u64,
+}
+
+struct Scheduler {
+    state: State,
+    runs: Vec<Option<Run>>,
+    free_at: Vec<u64>,
+    cursor: Vec<usize>,
+    /// Time left of preempted kernels: (record, generation, seq).
+    left: HashMap<(usize, u64, u64), u64>,
+}
+
+impl Scheduler {
+    fn head(&self, rec: usize) -> Option<Head> {
+        let r = self.state.proc_rec(rec);
+        if r.state.load(Ordering::Acquire) != PROC_LIVE {
+            return None;
+        }
+        let done = r.q_done.load(Ordering::Acquire);
+        if r.q_tail.load(Ordering::Acquire) <= done {
+            return None;
+        }
+        let seq = done + 1;
+        let e = &r.queue[(done % QUEUE_LEN as u64) as usize];
+        if e.seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        Some(Head {
+            rec,
+            generation: r.generation.load(Ordering::Acquire),
+            seq,
+            pid: r.host_pid.load(Ordering::Acquire),
+            duration: e.duration_ns.load(Ordering::Relaxed),
+            launch: e.launch_ns.load(Ordering::Relaxed),
+        })
+    }
+
+    fn device_of(&self, h: &Head) -> usize {
+        let r = self.state.proc_rec(h.rec);
+        r.queue[((h.seq - 1) % QUEUE_LEN as u64) as usize]
+            .device
+            .load(Ordering::Relaxed) as usize
+    }
+
+    /// Next process (round-robin after `cursor`) with work for `dev`,
+    /// other than `except`, and not running on another device.
+    fn pick(&self, dev: usize, except: Option<usize>) -> Option<Head> {
+        let n = (self.state.header().proc_hwm.load(Ordering::SeqCst) as usize)
+            .min(crate::state::MAX_PROCS);
+        if n == 0 {
+            return None;
+        }
+        let start = self.cursor[dev].wrapping_add(1);
+        (0..n)
+            .map(|k| (start + k) % n)
+            .filter(|rec| Some(*rec) != except)
+            .filter(|rec| {
+                !self
+                    .runs
+                    .iter()
+                    .enumerate()
+                    .any(|(d, r)| d != dev && r.is_some_and(|r| r.rec == *rec))
+            })
+            .filter_map(|rec| self.head(rec))
+            .find(|h| self.device_of(h) == dev)
+    }
+
+    fn valid(&self, run: &Run) -> bool {
+        let r = self.state.proc_rec(run.rec);
+        r.state.load(Ordering::Acquire) == PROC_LIVE
+            && r.generation.load(Ordering::Acquire) == run.generation
+    }
+
+    fn complete(&self, dev: usize, run: &Run, end: u64) {
+        if end > run.slice_start {
+            self.state.record_kernel(dev, run.pid, run.slice_start, end);
+        }
+        let r = self.state.proc_rec(run.rec);
+        let e = &r.queue[((run.seq - 1) % QUEUE_LEN as u64) as usize];
+        if e.seq.load(Ordering::Acquire) == run.seq {
+            e.done_ns.store(end, Ordering::Release);
+        }
+        r.q_done.store(run.seq, Ordering::Release);
+        r.q_futex.fetch_add(1, Ordering::AcqRel);
+        let _ = rustix::thread::futex::wake(
+            &r.q_futex,
+            rustix::thread::futex::Flags::empty(),
+            u32::MAX,
+        );
+    }
+
+    /// Advance every device to `now`; returns when something next happens.
+    fn step(&mut self, now: u64) -> u64 {
+        let ts = self.state.header().timeslice_ns.max(1_000);
+        let mut next = now + 100_000_000;
+        for dev in 0..self.runs.len() {
+            // Transitions until the device is waiting on the future.
+            for _ in 0..1024 {
+                if let Some(run) = self.runs[dev] {
+                    if !self.valid(&run) {
+                        // Its process died: the device is free from now.
+                        self.runs[dev] = None;
+                        self.free_at[dev] = self.free_at[dev].max(now.min(run.slice_start));
+                        continue;
+                    }
+                    let end = run.slice_start + run.remaining;
+                    let slice_end = run.owner_since + ts;
+                    if end <= now {
+                        self.complete(dev, &run, end);
+                        self.runs[dev] = None;
+                        self.free_at[dev] = end;
+                        // The rest of its slice: its next kernel, if any.
+                        if end < slice_end {
+                            if let Some(h) = self.head(run.rec).filter(|h| self.device_of(h) == dev)
+                            {
+                                let remaining = self
+                                    .left
+                                    .remove(&(h.rec, h.generation, h.seq))
+                                    .unwrap_or(h.duration);
+                                self.runs[dev] = Some(Run {
+                                    seq: h.seq,
+                                    slice_start: end.max(h.launch),
+                                    owner_since: if h.launch > end {
+                                        h.launch
+                                    } else {
+                                        run.owner_since
+                                    },
+                                    remaining,
+                                    ..run
+                                });
+                            }
+                        }
+                        continue;
+                    }
+                    if slice_end <= now {
+                        if let Some(other) = self.pick(dev, Some(run.rec)) {
+                            let cut = slice_end.max(other.launch).min(now);
+                            if cut < end {
+                                if cut > run.slice_start {
+                                    self.state.record_kernel(dev, run.pid, run.slice_start, cut);
+                                }
+                                self.left.insert(
+                                    (run.rec, run.generation, run.seq),
+                                    run.remaining - (cut - run.slice_start),
+                                );
+                                self.runs[dev] = None;
+                                self.free_at[dev] = cut;
+                                self.cursor[dev] = run.rec;
+                                continue;
+                            }
+                        }
+                    }
+                    next = next
+                        .min(end)
+                        .min(if slice_end > now { slice_end } else { now + ts });
+                    break;
+                }
+                let Some(h) = self.pick(dev, None) else { break };
+                let remaining = self
+                    .left
+                    .remove(&(h.rec, h.generation, h.seq))
+                    .unwrap_or(h.duration);
+                self.cursor[dev] = h.rec;
+                let start = self.free_at[dev].max(h.launch);
+                self.runs[dev] = Some(Run {
+                    rec: h.rec,
+                    generation: h.generation,
+                    seq: h.seq,
+                    pid: h.pid,
+                    slice_start: start,
+                    owner_since: start,
+                    remaining,
+                });
+            }
+        }
+        if self.left.len() > 4096 {
+            let st = &self.state;
+            self.left.retain(|(rec, generation, _), _| {
+                let r = st.proc_rec(*rec);
+                r.state.load(Ordering::Acquire) == PROC_LIVE
+                    && r.generation.load(Ordering::Acquire) == *generation
+            });
+        }
+        next
+    }
+}
+
+/// Run the scheduler for the state file at `path` until `stop` is set
+/// (then ring the doorbell to wake it).
+pub fn run(path: PathBuf, stop: Arc<AtomicBool>) {
+    let Ok(state) = State::open(&path) else {
+        return;
+    };
+    let n = state.device_count();
+    let mut s = Scheduler {
+        state,
+        runs: vec![None; n],
+        free_at: vec![0; n],
+        // Wraps to record 0 for the first pick.
+        cursor: vec![usize::MAX; n],
+        left: HashMap::new(),
+    };
+    while !stop.load(Ordering::Acquire) {
+        let bell = s.state.header().doorbell.load(Ordering::Acquire);
+        let now = now_ns();
+        let next = s.step(now);
+        let now2 = now_ns();
+        if next > now2 {
+            futex_wait(&s.state.header().doorbell, bell, next - now2);
+        }
+    }
+}
+
+/// Wake the scheduler (after setting its stop flag, or for tests).
+pub fn ring(state: &State) {
+    let h = state.header();
+    h.doorbell.fetch_add(1, Ordering::AcqRel);
+    let _ =
+        rustix::thread::futex::wake(&h.doorbell, rustix::thread::futex::Flags::empty(), u32::MAX);
+}
