@@ -78,8 +78,18 @@ pub struct View<'a> {
     pub header: &'a RawHeader,
     /// Owner word of each slot (same length as `slots`).
     pub owners: &'a [AtomicU64],
+    /// Admission totals, device-major: `totals[dev * slots + slot]`
+    /// (`MAX_DEVICES * slots` cells), dense so a sum reads few cache lines.
+    pub totals: &'a [AtomicU64],
     /// All slots.
     pub slots: &'a [RawSlot],
+}
+
+impl View<'_> {
+    /// Admission total of `slot` on `dev`.
+    pub fn total(&self, dev: usize, slot: usize) -> &AtomicU64 {
+        &self.totals[dev * self.slots.len() + slot]
+    }
 }
 
 /// Memory kind of a reservation.
@@ -132,13 +142,15 @@ fn zero32(c: &AtomicU32) {
     }
 }
 
-/// Zeroes every counter and telemetry cell of a slot (not its owner word).
-pub fn clear_slot<E: Env>(s: &RawSlot, env: &E) {
+/// Zeroes every counter and telemetry cell of slot `idx` (not its owner
+/// word).
+pub fn clear_slot<E: Env>(v: &View<'_>, idx: usize, env: &E) {
+    let s = &v.slots[idx];
     for (i, d) in s.devices.iter().enumerate() {
         zero64(&d.context);
         zero64(&d.module);
         zero64(&d.data);
-        zero64(&d.total);
+        zero64(v.total(i, idx));
         zero64(&d.monitor_mem);
         zero32(&d.monitor_sm_util);
         if i == 0 {
@@ -170,7 +182,7 @@ pub fn clear_slot<E: Env>(s: &RawSlot, env: &E) {
 pub fn claim<E: Env>(v: &View<'_>, me: Owner, env: &E) -> Option<usize> {
     let word = encode(ST_LIVE, me);
     env.step("register.before_claim");
-    for (i, (o, s)) in v.owners.iter().zip(v.slots).enumerate() {
+    for (i, o) in v.owners.iter().enumerate() {
         if o.load(SeqCst) != ST_FREE {
             continue;
         }
@@ -183,7 +195,7 @@ pub fn claim<E: Env>(v: &View<'_>, me: Owner, env: &E) -> Option<usize> {
             fence(SeqCst);
             // A free slot is all zero; clear anyway so a slot left dirty by
             // a misbehaving owner cannot hand phantom bytes to its successor.
-            clear_slot(s, &NoSteps);
+            clear_slot(v, i, &NoSteps);
             return Some(i);
         }
     }
@@ -199,7 +211,7 @@ impl Env for NoSteps {
 
 /// Frees the slot if `me` owns it (LIVE). Its reservations vanish.
 pub fn unregister<E: Env>(v: &View<'_>, idx: usize, me: Owner, env: &E) -> bool {
-    let (Some(o), Some(s)) = (v.owners.get(idx), v.slots.get(idx)) else {
+    let Some(o) = v.owners.get(idx) else {
         return false;
     };
     let live = encode(ST_LIVE, me);
@@ -211,7 +223,7 @@ pub fn unregister<E: Env>(v: &View<'_>, idx: usize, me: Owner, env: &E) -> bool 
         return false;
     }
     env.step("unregister.after_mark");
-    clear_slot(s, env);
+    clear_slot(v, idx, env);
     o.store(ST_FREE, SeqCst);
     true
 }
@@ -221,7 +233,7 @@ pub fn unregister<E: Env>(v: &View<'_>, idx: usize, me: Owner, env: &E) -> bool 
 pub fn reclaim_dead<E: Env>(v: &View<'_>, me: Owner, env: &E) -> usize {
     let mine = encode(ST_RECLAIMING, me);
     let mut freed = 0;
-    for (cell, s) in v.owners.iter().zip(v.slots) {
+    for (idx, cell) in v.owners.iter().enumerate() {
         let w = cell.load(SeqCst);
         if w == ST_FREE {
             continue;
@@ -239,7 +251,7 @@ pub fn reclaim_dead<E: Env>(v: &View<'_>, me: Owner, env: &E) -> usize {
             continue;
         }
         env.step("reclaim.after_mark");
-        clear_slot(s, env);
+        clear_slot(v, idx, env);
         env.step("reclaim.before_free");
         cell.store(ST_FREE, SeqCst);
         freed += 1;
@@ -255,11 +267,22 @@ fn sum_range(v: &View<'_>) -> usize {
 /// Sum of every slot's admission total for `dev` (saturating).
 pub fn device_total(v: &View<'_>, dev: usize) -> u64 {
     let n = sum_range(v);
-    let mut sum = 0u64;
-    for s in &v.slots[..n] {
-        sum = sum.saturating_add(s.devices[dev].total.load(SeqCst));
+    let base = dev * v.slots.len();
+    let cells = &v.totals[base..base + n];
+    // Four independent u128 lanes: no overflow to check per cell and no
+    // single add chain (a saturating add per cell costs ~2 cycles each).
+    let mut lanes = [0u128; 4];
+    let mut quads = cells.chunks_exact(4);
+    for q in &mut quads {
+        for (lane, t) in lanes.iter_mut().zip(q) {
+            *lane += t.load(SeqCst) as u128;
+        }
     }
-    sum
+    for t in quads.remainder() {
+        lanes[0] += t.load(SeqCst) as u128;
+    }
+    let sum: u128 = lanes.iter().sum();
+    u64::try_from(sum).unwrap_or(u64::MAX)
 }
 
 /// Refusal of `reserve`.
@@ -324,11 +347,12 @@ pub fn reserve<E: Env>(
     env: &E,
 ) -> Result<(), AdmissionError> {
     let sd = &v.slots[idx].devices[dev];
+    let total = v.total(dev, idx);
     if bytes == 0 {
         return Ok(());
     }
     if limit == 0 {
-        sd.total.fetch_add(bytes, SeqCst);
+        total.fetch_add(bytes, SeqCst);
         env.step("reserve.before_kind");
         kind_counter(sd, kind).fetch_add(bytes, SeqCst);
         return Ok(());
@@ -343,7 +367,7 @@ pub fn reserve<E: Env>(
     let mut others = 0;
     for attempt in 0..ADMIT_ATTEMPTS {
         env.step("reserve.before_add");
-        sd.total.fetch_add(bytes, SeqCst);
+        total.fetch_add(bytes, SeqCst);
         // Orders the add before the loads of the sum against every other
         // racer's fence (the store-buffering case): the SeqCst RMW alone
         // already does on x86, the fence says so in the C++ model (and to
@@ -356,7 +380,7 @@ pub fn reserve<E: Env>(
             kind_counter(sd, kind).fetch_add(bytes, SeqCst);
             return Ok(());
         }
-        sd.total.fetch_sub(bytes, SeqCst);
+        total.fetch_sub(bytes, SeqCst);
         fence(SeqCst);
         // What the others hold now (admitted or mid-attempt). If even that
         // leaves no room, this is a plain refusal; otherwise someone backed
@@ -406,11 +430,9 @@ pub fn release<E: Env>(
     env.step("release.after_kind");
     // total ≥ context + module + data always holds (reserve adds to total
     // first, release subtracts from it last); saturate anyway.
-    let mut t = sd.total.load(SeqCst);
-    while let Err(c) = sd
-        .total
-        .compare_exchange_weak(t, t.saturating_sub(released), SeqCst, SeqCst)
-    {
+    let total = v.total(dev, idx);
+    let mut t = total.load(SeqCst);
+    while let Err(c) = total.compare_exchange_weak(t, t.saturating_sub(released), SeqCst, SeqCst) {
         t = c;
     }
     Release {

@@ -60,6 +60,8 @@ pub mod model {
         pub header: Box<RawHeader>,
         /// Owner words.
         pub owners: Vec<crate::sync::AtomicU64>,
+        /// Totals (device-major).
+        pub totals: Vec<crate::sync::AtomicU64>,
         /// Slots.
         pub slots: Vec<RawSlot>,
     }
@@ -116,7 +118,7 @@ pub mod model {
             phases: std::array::from_fn(|_| z64()),
             fallbacks: std::array::from_fn(|_| z64()),
             devices: std::array::from_fn(|_| crate::layout::RawSlotDevice {
-                total: z64(),
+                _reserved_total: z64(),
                 context: z64(),
                 module: z64(),
                 data: z64(),
@@ -134,6 +136,9 @@ pub mod model {
             Mem {
                 header: Box::new(zeroed_header()),
                 owners: (0..n).map(|_| crate::sync::AtomicU64::new(0)).collect(),
+                totals: (0..n * crate::layout::MAX_DEVICES)
+                    .map(|_| crate::sync::AtomicU64::new(0))
+                    .collect(),
                 slots: (0..n).map(|_| zeroed_slot()).collect(),
             }
         }
@@ -143,6 +148,7 @@ pub mod model {
             View {
                 header: &self.header,
                 owners: &self.owners,
+                totals: &self.totals,
                 slots: &self.slots,
             }
         }

@@ -757,8 +757,12 @@ impl Region {
 
     /// Telemetry access to a slot.
     pub fn slot(&self, slot: SlotId) -> SlotRef<'_> {
+        let v = self.view();
         SlotRef {
-            raw: self.view().slots.get(slot.0 as usize),
+            raw: v.slots.get(slot.0 as usize),
+            total: v.totals,
+            idx: slot.0 as usize,
+            slots: self.slot_count as usize,
             devices: self.device_count,
             writable: self.writable,
         }
@@ -785,6 +789,10 @@ impl Region {
 /// A slot's telemetry cells. Setters on an out-of-range slot do nothing.
 pub struct SlotRef<'a> {
     raw: Option<&'a RawSlot>,
+    /// The region's totals table (device-major).
+    total: &'a [crate::sync::AtomicU64],
+    idx: usize,
+    slots: usize,
     devices: u32,
     writable: bool,
 }
@@ -878,7 +886,10 @@ impl SlotRef<'_> {
                     context: d.context.load(SeqCst),
                     module: d.module.load(SeqCst),
                     data: d.data.load(SeqCst),
-                    total: d.total.load(SeqCst),
+                    total: self
+                        .total
+                        .get(dev as usize * self.slots + self.idx)
+                        .map_or(0, |t| t.load(SeqCst)),
                 }
             }
             _ => Usage::default(),

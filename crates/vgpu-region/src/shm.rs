@@ -2,7 +2,9 @@
 //! references to its `#[repr(C)]` structs of atomics.
 
 use crate::core::View;
-use crate::layout::{file_len, slots_offset, RawHeader, RawSlot, HEADER_SIZE};
+use crate::layout::{
+    file_len, slots_offset, totals_offset, RawHeader, RawSlot, HEADER_SIZE, MAX_DEVICES,
+};
 use crate::sync::AtomicU64;
 use memmap2::MmapRaw;
 
@@ -30,8 +32,8 @@ pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
     // SAFETY: the mapping is page-aligned (≥ the 64-byte alignment of
     // RawHeader and RawSlot), `file_len(slots)` bytes long or more
     // (asserted above): header, then `slots` owner words at HEADER_SIZE,
-    // then `slots` slots at `slots_offset` (a page multiple), none
-    // overlapping. It lives as long as the `&MmapRaw` borrow the returned
+    // then MAX_DEVICES * `slots` totals at `totals_offset`, then `slots`
+    // slots at `slots_offset` (page multiples), none overlapping. It lives as long as the `&MmapRaw` borrow the returned
     // references carry. Every field is an atomic integer (or an array of
     // them): any bit pattern is a valid value and concurrent writes by
     // other processes go through atomic operations, so shared references
@@ -42,6 +44,10 @@ pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
             owners: std::slice::from_raw_parts(
                 base.add(HEADER_SIZE) as *const AtomicU64,
                 slots as usize,
+            ),
+            totals: std::slice::from_raw_parts(
+                base.add(totals_offset(slots) as usize) as *const AtomicU64,
+                MAX_DEVICES * slots as usize,
             ),
             slots: std::slice::from_raw_parts(
                 base.add(slots_offset(slots) as usize) as *const RawSlot,

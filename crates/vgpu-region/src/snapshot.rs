@@ -140,7 +140,7 @@ pub(crate) fn take(r: &Region) -> Snapshot {
                 context: c.context.load(SeqCst),
                 module: c.module.load(SeqCst),
                 data: c.data.load(SeqCst),
-                total: c.total.load(SeqCst),
+                total: v.total(d, i).load(SeqCst),
             };
             dev.context = dev.context.saturating_add(usage.context);
             dev.module = dev.module.saturating_add(usage.module);

@@ -63,9 +63,11 @@ fn layout_is_pinned() {
     assert_eq!(HEADER_SIZE, 4096);
     assert_eq!(SLOT_SIZE, 1280);
     assert_eq!(DEVICE_SIZE, 128);
-    assert_eq!(file_len(1024), 4096 + 8192 + 1024 * 1280);
-    assert_eq!(file_len(4), 4096 + 4096 + 4 * 1280);
-    assert_eq!(slots_offset(4), 8192);
+    // header | owners (page-padded) | totals (16 devices, page-padded) | slots
+    assert_eq!(file_len(1024), 4096 + 8192 + 16 * 8192 + 1024 * 1280);
+    assert_eq!(file_len(4), 4096 + 4096 + 4096 + 4 * 1280);
+    assert_eq!(totals_offset(4), 8192);
+    assert_eq!(slots_offset(4), 12288);
     assert_eq!(MAGIC, *b"VGPUREG\0");
     // A created file carries exactly these values at these offsets.
     let b = valid_bytes();

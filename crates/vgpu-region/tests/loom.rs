@@ -67,9 +67,7 @@ fn reclaim_races_with_claim_and_another_reclaimer() {
             v.header
                 .slot_high_water
                 .store(1, loom::sync::atomic::Ordering::SeqCst);
-            v.slots[0].devices[0]
-                .total
-                .store(7, loom::sync::atomic::Ordering::SeqCst);
+            v.total(0, 0).store(7, loom::sync::atomic::Ordering::SeqCst);
             v.slots[0].devices[0]
                 .data
                 .store(7, loom::sync::atomic::Ordering::SeqCst);
@@ -113,9 +111,7 @@ fn dead_reclaimer_is_taken_over() {
                 encode(ST_RECLAIMING, owner(96)),
                 loom::sync::atomic::Ordering::SeqCst,
             );
-            v.slots[0].devices[0]
-                .total
-                .store(9, loom::sync::atomic::Ordering::SeqCst);
+            v.total(0, 0).store(9, loom::sync::atomic::Ordering::SeqCst);
             v.header
                 .slot_high_water
                 .store(1, loom::sync::atomic::Ordering::SeqCst);
@@ -209,7 +205,7 @@ fn release_races_admission_without_underflow() {
         let v = m.view();
         let d = &v.slots[0].devices[0];
         let data = d.data.load(loom::sync::atomic::Ordering::SeqCst);
-        let total = d.total.load(loom::sync::atomic::Ordering::SeqCst);
+        let total = v.total(0, 0).load(loom::sync::atomic::Ordering::SeqCst);
         // Whatever the order, nothing wrapped and total covers the kinds.
         assert!(data <= 9 && total <= 9, "data {data} total {total}");
         assert_eq!(total, data);
