@@ -396,15 +396,18 @@ impl Region {
         writable: bool,
     ) -> Result<Region, RegionError> {
         let map = crate::shm::map(&f, info.file_len, writable).map_err(io("map", path))?;
-        // Fault in the header and owner table now (writable, nothing
-        // written), so a claim does not pay page faults; kernels before 5.14
-        // lack the advice and simply fault later.
+        // Fault in the header, owner table and the configured devices'
+        // totals now (writable, nothing written), so a claim or a first
+        // reservation does not pay page faults; kernels before 5.14 lack
+        // the advice and simply fault later.
         let advice = if writable {
             memmap2::Advice::PopulateWrite
         } else {
             memmap2::Advice::PopulateRead
         };
-        let _ = map.advise_range(advice, 0, slots_offset(info.slot_count) as usize);
+        let hot =
+            totals_offset(info.slot_count) + info.device_count as u64 * info.slot_count as u64 * 8;
+        let _ = map.advise_range(advice, 0, hot as usize);
         let r = Region {
             map,
             slot_count: info.slot_count,
