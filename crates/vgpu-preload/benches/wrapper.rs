@@ -9,9 +9,16 @@ use std::process::Command;
 use vgpu_sim::{SimHandle, SimOptions};
 
 const RUNS: usize = 5;
-const OPS: [(&str, &str); 3] = [
+const OPS: [(&str, &str); 4] = [
     ("alloc_free_ns", "cuMemAlloc_v2 + cuMemFree_v2 (1 MiB)"),
-    ("launch_ns", "cuLaunchKernel (no SM limit)"),
+    (
+        "launch_ns",
+        "cuLaunchKernel (no SM limit; batches of 128, queue drained between)",
+    ),
+    (
+        "launch_null_ns",
+        "cuLaunchKernel (no SM limit; null function, refused by the driver at once)",
+    ),
     ("mem_get_info_ns", "cuMemGetInfo_v2"),
 ];
 
@@ -93,7 +100,9 @@ fn main() {
         "Method: the `vgpu-demo-tenant bench` process (dlopen + dlsym, like an application) runs {RUNS} times directly and {RUNS} times under \
          LD_PRELOAD=libvgpu.so with a 64 GiB limit (every allocation is admitted against the region and released), alternating; each run \
          reports the median of 15 batches of {iters}/15 calls; the table shows the median of the runs. The simulated driver's own cost is in \
-         both columns; the difference is the wrapper's. The dev profile (opt-level 1) builds both sides unless `cargo bench` (release) is used.\n\n"
+         both columns; the difference is the wrapper's. Built with the release profile (`cargo bench`) on both sides; the simulated driver libraries must be built with \
+         `cargo build --release -p vgpu-sim-cuda -p vgpu-sim-nvml` first. Launches are timed in batches of 128 with the queue drained \
+         between batches (untimed), since the simulated driver blocks a full pushbuffer like a real one.\n\n"
     ));
     md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: |\n");
     for (k, name) in OPS {
