@@ -318,3 +318,39 @@ fn valid_bytes_cached() -> &'static [u8] {
     static V: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     V.get_or_init(valid_bytes)
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A valid header over garbage (another writer's bug, a bit flip):
+    /// every reader and writer stays in bounds and never panics.
+    #[test]
+    fn garbage_body_never_panics(seed in any::<u64>(), hw in any::<u32>()) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r");
+        let mut b = valid_bytes_cached().to_vec();
+        let mut x = seed | 1;
+        for byte in b[HEADER_SIZE..].iter_mut() {
+            // xorshift: cheap noise over owners, totals and slots.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *byte = x as u8;
+        }
+        b[64..68].copy_from_slice(&hw.to_ne_bytes()); // slot_high_water
+        std::fs::write(&p, &b).unwrap();
+        let ro = Region::open_read_only(&p).unwrap();
+        let snap = ro.snapshot();
+        prop_assert!(snap.slots.len() <= 4);
+        let _ = serde_json::to_string(&snap).unwrap();
+        let _ = ro.device_used(0);
+        let _ = ro.slot(vgpu_region::SlotId(3)).usage(0);
+        let rw = Region::open(&p).unwrap();
+        let _ = rw.reclaim_dead();
+        let _ = rw.live_slots();
+        let s = vgpu_region::SlotId(2);
+        let _ = rw.reserve(s, 0, vgpu_region::MemKind::Data, 4096);
+        let _ = rw.release(s, 0, vgpu_region::MemKind::Module, u64::MAX);
+        let _ = rw.snapshot();
+    }
+}
