@@ -100,7 +100,7 @@ static __attribute__((unused)) const char *cu_name(unsigned r) {
         N(CUDA_SUCCESS) N(CUDA_ERROR_INVALID_VALUE) N(CUDA_ERROR_OUT_OF_MEMORY)
         N(CUDA_ERROR_NOT_INITIALIZED) N(CUDA_ERROR_DEINITIALIZED)
         N(CUDA_ERROR_STUB_LIBRARY) N(CUDA_ERROR_NO_DEVICE) N(CUDA_ERROR_INVALID_DEVICE)
-        N(CUDA_ERROR_INVALID_IMAGE) N(CUDA_ERROR_INVALID_CONTEXT)
+        N(CUDA_ERROR_INVALID_IMAGE) N(CUDA_ERROR_INVALID_PTX) N(CUDA_ERROR_INVALID_CONTEXT)
         N(CUDA_ERROR_INVALID_HANDLE) N(CUDA_ERROR_ILLEGAL_STATE) N(CUDA_ERROR_NOT_FOUND)
         N(CUDA_ERROR_NOT_READY) N(CUDA_ERROR_LAUNCH_FAILED)
         N(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) N(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
@@ -116,6 +116,20 @@ static __attribute__((unused)) const char *cu_name(unsigned r) {
     }
 }
 
+/* Exports that some cuda.h versions no longer declare (13.0 dropped
+ * cuCtxCreate_v2/_v3 from the header; drivers still export them), declared
+ * here by their ABI so the programs build against 12.x and 13.x headers. */
+extern CUresult conf_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+    __asm__("cuCtxCreate_v2") __attribute__((weak));
+extern CUresult conf_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
+                                    int numParams, unsigned int flags, CUdevice dev)
+    __asm__("cuCtxCreate_v3") __attribute__((weak));
+
+/* Names as the library exports them (asm-labelled aliases are conf_*). */
+static __attribute__((unused)) const char *export_name(const char *fn) {
+    return strncmp(fn, "conf_", 5) == 0 ? fn + 5 : fn;
+}
+
 /* CU(fn, args...): call fn unless the library lacks it. */
 #define CU(fn, ...) ((void *)&(fn) == NULL ? (CUresult)NOT_EXPORTED : fn(__VA_ARGS__))
 
@@ -123,6 +137,7 @@ static __attribute__((unused)) const char *cu_name(unsigned r) {
 #define CHECK_CU(want, fn, ...) check_cu_(__LINE__, #fn, #want, (want), CU(fn, __VA_ARGS__))
 #define OK_CU(fn, ...) CHECK_CU(CUDA_SUCCESS, fn, __VA_ARGS__)
 static __attribute__((unused)) int check_cu_(int line, const char *fn, const char *wname, CUresult want, CUresult got) {
+    fn = export_name(fn);
     if (got == want) {
         if (want == CUDA_SUCCESS)
             pass_("%s", fn);

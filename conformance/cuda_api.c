@@ -16,25 +16,23 @@
 
 /* Old ABIs the header only declares for the driver's own build: bound to
  * the driver's unversioned exports by asm label. */
-extern CUresult conf_cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
-extern CUresult conf_cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVersion,
+extern CUresult conf_cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
+extern CUresult conf_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
                                          cuuint64_t flags) __asm__("cuGetProcAddress");
 
 WEAK(cuInit);
 WEAK(cuDriverGetVersion);
 WEAK(cuGetProcAddress_v2);
-WEAK(conf_cuGetProcAddress_v1);
+WEAK(conf_cuGetProcAddress);
 WEAK(cuGetErrorName);
 WEAK(cuGetErrorString);
 WEAK(cuDeviceGet);
 WEAK(cuDeviceGetCount);
 WEAK(cuDeviceGetName);
-WEAK(conf_cuDeviceGetUuid_v1);
+WEAK(conf_cuDeviceGetUuid);
 WEAK(cuDeviceGetUuid_v2);
 WEAK(cuDeviceTotalMem_v2);
 WEAK(cuDeviceGetAttribute);
-WEAK(cuCtxCreate_v2);
-WEAK(cuCtxCreate_v3);
 WEAK(cuCtxCreate_v4);
 WEAK(cuCtxDestroy_v2);
 WEAK(cuCtxSetCurrent);
@@ -174,7 +172,7 @@ static int test_devices(void) {
         CUuuid u1, u2;
         memset(&u1, 0, sizeof u1);
         memset(&u2, 0xff, sizeof u2);
-        int g1 = OK_CU(conf_cuDeviceGetUuid_v1, &u1, d);
+        int g1 = OK_CU(conf_cuDeviceGetUuid, &u1, d);
         int g2 = OK_CU(cuDeviceGetUuid_v2, &u2, d);
         if (g1 && g2)
             CHECK(memcmp(&u1, &u2, sizeof u1) == 0, "cuDeviceGetUuid and _v2 agree");
@@ -218,7 +216,7 @@ static void test_contexts(CUdevice dev) {
     /* No context yet on this thread. */
     if (OK_CU(cuCtxGetCurrent, &cur))
         CHECK(cur == NULL, "no current context before any is made");
-    if (OK_CU(cuCtxCreate_v2, &c, 0, dev)) {
+    if (OK_CU(conf_cuCtxCreate_v2, &c, 0, dev)) {
         CHECK(c != NULL, "cuCtxCreate_v2 gives a context");
         if (OK_CU(cuCtxGetCurrent, &cur))
             CHECK(cur == c, "cuCtxCreate_v2 makes it current");
@@ -239,7 +237,7 @@ static void test_contexts(CUdevice dev) {
             CHECK(cur != c, "destroyed context is no longer current");
     }
     CUcontext c3 = NULL;
-    if (OK_CU(cuCtxCreate_v3, &c3, NULL, 0, 0, dev)) {
+    if (OK_CU(conf_cuCtxCreate_v3, &c3, NULL, 0, 0, dev)) {
         CHECK(c3 != NULL, "cuCtxCreate_v3 gives a context");
         OK_CU(cuCtxDestroy_v2, c3);
     }
@@ -254,7 +252,7 @@ static void test_contexts(CUdevice dev) {
         OK_CU(cuCtxDestroy_v2, c4);
     }
     CUcontext bad = NULL;
-    CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuCtxCreate_v2, &bad, 0, 9999);
+    CHECK_CU(CUDA_ERROR_INVALID_DEVICE, conf_cuCtxCreate_v2, &bad, 0, 9999);
     OK_CU(cuCtxSetCurrent, NULL);
 }
 
@@ -467,7 +465,11 @@ static void test_arrays(void) {
 static void test_launch(void) {
     CUmodule mod = NULL;
     CUfunction fn = NULL;
-    CHECK_CU(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData, &mod, "definitely not a module");
+    /* A real driver takes unknown text for PTX and may say INVALID_PTX. */
+    CUresult bad = CU(cuModuleLoadData, &mod, "definitely not a module");
+    CHECK(bad == CUDA_ERROR_INVALID_IMAGE || bad == CUDA_ERROR_INVALID_PTX,
+          "cuModuleLoadData(garbage) -> %s (%u): INVALID_IMAGE or INVALID_PTX", cu_name(bad),
+          (unsigned)bad);
     if (!OK_CU(cuModuleLoadData, &mod, sim_module_image()))
         return;
     CHECK_CU(CUDA_ERROR_NOT_FOUND, cuModuleGetFunction, &fn, mod, "no_such_kernel");
@@ -568,8 +570,8 @@ static void test_getprocaddress(void) {
           "cuMemAllocAsync at 11000: VERSION_NOT_SUFFICIENT and NULL (status %d)", (int)st);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuGetProcAddress_v2, NULL, &p, 12090, 0, &st);
     p = NULL;
-    if (OK_CU(conf_cuGetProcAddress_v1, "cuCtxCreate", &p, 3020, 0))
-        CHECK(p == (void *)&cuCtxCreate_v2, "cuGetProcAddress(cuCtxCreate, 3020) = cuCtxCreate_v2");
+    if (OK_CU(conf_cuGetProcAddress, "cuCtxCreate", &p, 3020, 0))
+        CHECK(p == (void *)&conf_cuCtxCreate_v2, "cuGetProcAddress(cuCtxCreate, 3020) = cuCtxCreate_v2");
 }
 
 int main(void) {
@@ -588,7 +590,7 @@ int main(void) {
     test_contexts(dev);
     test_primary(dev);
     CUcontext ctx = NULL;
-    if (!OK_CU(cuCtxCreate_v2, &ctx, 0, dev))
+    if (!OK_CU(conf_cuCtxCreate_v2, &ctx, 0, dev))
         return finish();
     test_memory(dev);
     test_async(dev);

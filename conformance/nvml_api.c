@@ -49,7 +49,6 @@ WEAK(cuDeviceGetCount);
 WEAK(cuDeviceGetUuid_v2);
 WEAK(cuDeviceGetAttribute);
 WEAK(cuDeviceTotalMem_v2);
-WEAK(cuCtxCreate_v2);
 WEAK(cuCtxDestroy_v2);
 WEAK(cuMemAlloc_v2);
 WEAK(cuMemFree_v2);
@@ -310,7 +309,7 @@ int main(void) {
     printf("# process list of device 0\n");
     test_processes(h, 0, 0);
     CUcontext ctx;
-    if (!OK_CU(cuCtxCreate_v2, &ctx, 0, 0))
+    if (!OK_CU(conf_cuCtxCreate_v2, &ctx, 0, 0))
         return finish();
     CUdeviceptr p;
     if (OK_CU(cuMemAlloc_v2, &p, 96 * MiB)) {

@@ -34,7 +34,6 @@
 
 WEAK(cuInit);
 WEAK(cuDeviceGetAttribute);
-WEAK(cuCtxCreate_v2);
 WEAK(cuCtxSynchronize);
 WEAK(cuMemAlloc_v2);
 WEAK(cuModuleLoadData);
@@ -79,7 +78,7 @@ static int worker(unsigned long long mib) {
     CUcontext ctx;
     CUdeviceptr p;
     CUresult r;
-    if ((r = CU(cuInit, 0)) || (r = CU(cuCtxCreate_v2, &ctx, 0, 0)) ||
+    if ((r = CU(cuInit, 0)) || (r = CU(conf_cuCtxCreate_v2, &ctx, 0, 0)) ||
         (r = CU(cuMemAlloc_v2, &p, mib * MiB))) {
         printf("ERROR %s\n", cu_name(r));
         return 1;
@@ -123,7 +122,7 @@ static int busy(unsigned ms) {
     CUevent ev[IN_FLIGHT];
     CUresult r;
     int sms = 1;
-    if ((r = CU(cuInit, 0)) || (r = CU(cuCtxCreate_v2, &ctx, 0, 0)) ||
+    if ((r = CU(cuInit, 0)) || (r = CU(conf_cuCtxCreate_v2, &ctx, 0, 0)) ||
         (r = create_events(ev)) ||
         (r = CU(cuModuleLoadData, &mod, sim_module_image())) ||
         (r = CU(cuModuleGetFunction, &fn, mod, sim_kernel_name())) ||
