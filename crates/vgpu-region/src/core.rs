@@ -231,6 +231,22 @@ pub fn unregister<E: Env>(v: &View<'_>, idx: usize, me: Owner, env: &E) -> bool 
 /// Reclaims every slot (LIVE or RECLAIMING) of `me`'s namespace whose owner
 /// is dead. Returns how many were freed.
 pub fn reclaim_dead<E: Env>(v: &View<'_>, me: Owner, env: &E) -> usize {
+    // Other namespaces are not ours to judge.
+    reclaim_if(v, me, env, |_, _, o| {
+        o.ns_index == me.ns_index && env.is_dead(o)
+    })
+}
+
+/// Reclaims every claimed slot for which `dead(index, state, owner)` says
+/// so, except slots named by `me` itself (another thread of ours may be
+/// mid-reclaim or mid-unregister). The slot is first marked RECLAIMING by
+/// `me`, so if we die half way, a process of our namespace finishes it.
+pub fn reclaim_if<E: Env>(
+    v: &View<'_>,
+    me: Owner,
+    env: &E,
+    dead: impl Fn(usize, u64, Owner) -> bool,
+) -> usize {
     let mine = encode(ST_RECLAIMING, me);
     let mut freed = 0;
     for (idx, cell) in v.owners.iter().enumerate() {
@@ -239,12 +255,10 @@ pub fn reclaim_dead<E: Env>(v: &View<'_>, me: Owner, env: &E) -> usize {
             continue;
         }
         let (st, o) = decode(w);
-        // Other namespaces are not ours to judge; our own identity is alive
-        // (another thread of ours may be mid-reclaim or mid-unregister).
-        if o.ns_index != me.ns_index || (o.pid == me.pid && o.start34 == me.start34) {
+        if o.ns_index == me.ns_index && o.pid == me.pid && o.start34 == me.start34 {
             continue;
         }
-        if (st != ST_LIVE && st != ST_RECLAIMING) || !env.is_dead(o) {
+        if (st != ST_LIVE && st != ST_RECLAIMING) || !dead(idx, st, o) {
             continue;
         }
         if cell.compare_exchange(w, mine, SeqCst, SeqCst).is_err() {

@@ -40,7 +40,7 @@ pub use clock::{monotonic_ns, realtime_ns};
 pub use layout::{FormatError, HeaderInfo};
 #[cfg(not(loom))]
 pub use region::{
-    CreateOptions, DeviceConfig, LimitMismatch, Region, RegionError, SlotId, SlotRef,
+    CreateOptions, DeviceConfig, LimitMismatch, Region, RegionError, SlotId, SlotOwner, SlotRef,
     DEFAULT_LOCK_WAIT,
 };
 #[cfg(not(loom))]

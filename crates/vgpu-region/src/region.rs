@@ -60,6 +60,27 @@ impl std::fmt::Display for LimitMismatch {
     }
 }
 
+/// Who holds a claimed slot, as `reclaim_where` shows it to its judge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SlotOwner {
+    /// The slot.
+    pub slot: SlotId,
+    /// The slot is being cleared by the process named here (which died
+    /// mid-way if it is gone), not held by its original owner.
+    pub reclaiming: bool,
+    /// PID in its namespace.
+    pub pid: u32,
+    /// Inode of that PID namespace (0 = unknown).
+    pub pid_ns: u64,
+    /// Start time, low 34 bits of clock ticks since boot (as in the owner word).
+    pub start_time_low34: u64,
+    /// Full start time (clock ticks since boot; 0 when reclaiming or not yet
+    /// published).
+    pub start_time: u64,
+    /// Host PID when identity found it (0 = unknown or reclaiming).
+    pub host_pid: u32,
+}
+
 /// A claimed slot (index into the region's slots).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct SlotId(pub u32);
@@ -741,6 +762,53 @@ impl Region {
             plan: &self.plan,
         };
         core::reclaim_dead(&self.view(), owner, &env)
+    }
+
+    /// Reclaims claimed slots of *any* PID namespace that `dead` judges
+    /// gone: for an agent that can see every namespace (the node agent in
+    /// the host namespace, joining slots to host processes by `host_pid` or
+    /// by each process's NSpid), e.g. after a container restarted into a new
+    /// namespace and left its old slots behind. The caller's judgement is
+    /// trusted; a wrong "dead" frees a live process's bytes.
+    pub fn reclaim_where(&self, dead: impl Fn(&SlotOwner) -> bool) -> usize {
+        if !self.writable {
+            return 0;
+        }
+        let me = self.ident.get();
+        let Ok(owner) = self.owner_of(&me) else {
+            return 0;
+        };
+        let env = CallEnv {
+            me,
+            plan: &self.plan,
+        };
+        let v = self.view();
+        core::reclaim_if(&v, owner, &env, |idx, st, o| {
+            let reclaiming = st == core::ST_RECLAIMING;
+            let s = &v.slots[idx];
+            let ns = v
+                .header
+                .ns_table
+                .get(o.ns_index as usize)
+                .map_or(0, |c| c.load(SeqCst));
+            dead(&SlotOwner {
+                slot: SlotId(idx as u32),
+                reclaiming,
+                pid: o.pid,
+                pid_ns: if ns == u64::MAX { 0 } else { ns },
+                start_time_low34: o.start34,
+                start_time: if reclaiming {
+                    0
+                } else {
+                    s.start_time.load(SeqCst)
+                },
+                host_pid: if reclaiming {
+                    0
+                } else {
+                    s.host_pid.load(SeqCst)
+                },
+            })
+        })
     }
 
     /// Claimed slots (live or being reclaimed).

@@ -58,4 +58,17 @@ fn reclaim_stays_within_its_pid_namespace() {
     assert_eq!(r.reclaim_dead(), 0);
     assert_eq!(r.live_slots(), 2);
     assert_eq!(r.device_used(0), 1777);
+    // An agent that can see every namespace (here: we know the worker's
+    // namespace is gone) reclaims it explicitly.
+    let gone = theirs.pid_ns;
+    let n = r.reclaim_where(|o| {
+        assert!(!o.reclaiming);
+        o.pid_ns == gone && o.pid == 1
+    });
+    assert_eq!(n, 1);
+    assert_eq!(r.live_slots(), 1);
+    assert_eq!(r.device_used(0), 777);
+    // Our own slot is never offered as dead, whatever the judge says.
+    assert_eq!(r.reclaim_where(|_| true), 0);
+    assert_eq!(r.live_slots(), 1);
 }
