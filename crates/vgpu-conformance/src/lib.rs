@@ -7,8 +7,10 @@
 //! (`libvgpu_sim_cuda.so`, `libvgpu_sim_nvml.so`) must be built first
 //! (`cargo build --workspace`); the error says so when they are not.
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -194,20 +196,93 @@ impl fmt::Display for Report {
     }
 }
 
-/// Run a built program with `env` added and collect its report.
+/// How long one conformance program may run before it counts as hung (the
+/// slowest, `nvml_view util`, needs a few seconds).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Run a built program with `env` added and collect its report; a program
+/// still running after [`RUN_TIMEOUT`] is killed and reported as failed.
 pub fn run(exe: &Path, args: &[&str], env: &[(String, String)]) -> Result<Report, Error> {
+    run_for(exe, args, env, RUN_TIMEOUT)
+}
+
+/// [`run`] with an explicit time limit.
+pub fn run_for(
+    exe: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+    limit: Duration,
+) -> Result<Report, Error> {
     let name = exe
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let out = Command::new(exe)
+    let spawn_err = |source| Error::Spawn {
+        what: exe.display().to_string(),
+        source,
+    };
+    let mut child = Command::new(exe)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .map_err(|source| Error::Spawn {
-            what: exe.display().to_string(),
-            source,
-        })?;
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_err)?;
+    // Drain both pipes on threads so a chatty program never blocks on a
+    // full pipe while we wait for it.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out_t = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err_t = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(spawn_err)? {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait().map_err(spawn_err)?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // A grandchild (a worker the program forked) may still hold the pipes:
+    // do not wait for it after a timeout.
+    let (stdout, mut stderr) = if timed_out {
+        (Vec::new(), Vec::new())
+    } else {
+        (
+            out_t.join().unwrap_or_default(),
+            err_t.join().unwrap_or_default(),
+        )
+    };
+    if timed_out {
+        stderr.extend_from_slice(format!("killed after {limit:?} (hung?)\n").as_bytes());
+    }
+    let out = Output {
+        status,
+        stdout,
+        stderr,
+    };
     Ok(Report::from_output(&name, &out))
 }
 
@@ -242,5 +317,36 @@ mod tests {
             !nothing.ok(),
             "a program that checked nothing is not a pass"
         );
+    }
+
+    #[test]
+    fn a_hung_program_is_killed_and_fails() {
+        let r = run_for(
+            Path::new("/bin/sh"),
+            &[
+                "-c",
+                "echo 'PASS x'; echo 'sh: 1 passed, 0 failed'; exec sleep 30",
+            ],
+            &[],
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        assert!(!r.ok() && !r.success, "{r}");
+        assert!(r.stderr.contains("killed after"), "{r}");
+    }
+
+    #[test]
+    fn output_is_collected() {
+        let r = run(
+            Path::new("/bin/sh"),
+            &[
+                "-c",
+                "echo 'PASS a'; echo oops >&2; echo 'sh: 1 passed, 0 failed'",
+            ],
+            &[("X".into(), "1".into())],
+        )
+        .unwrap();
+        assert!(r.ok(), "{r}");
+        assert_eq!(r.stderr, "oops\n");
     }
 }
