@@ -9,8 +9,8 @@
 //! Concurrency is bounded: a request already readable when the connection is
 //! accepted is answered inline (no blocking is possible), the rest go to a
 //! pool of handler threads grown on demand up to `max_concurrent`, each
-//! connection limited by the per-connection deadline; past the bound a connection gets a BUSY answer
-//! and is counted in `rejected_load`.
+//! connection limited by the per-connection deadline; past the bound a
+//! connection gets a BUSY answer and is counted in `rejected_load`.
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -39,8 +39,8 @@ pub const DEFAULT_SOCKET: &str = "/run/vgpu/hostpid.sock";
 pub struct BrokerConfig {
     /// The socket path; its directory is created (0755) if missing.
     pub socket: PathBuf,
-    /// Handler threads, and the most connections waiting for their request
-    /// at once.
+    /// Most connections waiting for their request at once (and so most
+    /// handler threads, spawned on demand).
     pub max_concurrent: usize,
     /// Per-connection deadline, accept to answer.
     pub deadline: Duration,
@@ -311,14 +311,23 @@ impl Broker {
         )
         .map_err(|e| sock_err("create socket for", path)(e.into()))?;
         rustix::net::bind(&fd, &addr).map_err(|e| sock_err("bind", path)(e.into()))?;
-        {
+        let finish = || -> Result<rustix::fs::Stat, ServerError> {
             use std::os::unix::fs::PermissionsExt;
             // Clients of any uid must be able to connect (write permission).
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
                 .map_err(sock_err("chmod", path))?;
-        }
-        rustix::net::listen(&fd, cfg.backlog).map_err(|e| sock_err("listen on", path)(e.into()))?;
-        let st = rustix::fs::lstat(path).map_err(|e| sock_err("inspect", path)(e.into()))?;
+            rustix::net::listen(&fd, cfg.backlog)
+                .map_err(|e| sock_err("listen on", path)(e.into()))?;
+            rustix::fs::lstat(path).map_err(|e| sock_err("inspect", path)(e.into()))
+        };
+        let st = match finish() {
+            Ok(st) => st,
+            Err(e) => {
+                // Leave no socket behind that nobody serves.
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+        };
         let (wake_tx, wake_rx) =
             UnixStream::pair().map_err(|e| ServerError::Start("wake channel", e))?;
         wake_tx
