@@ -229,7 +229,9 @@ impl Scheduler {
 /// Run the scheduler for the state file at `path` until `stop` is set
 /// (then ring the doorbell to wake it).
 pub fn run(path: PathBuf, stop: Arc<AtomicBool>) {
-    let Ok(state) = State::open(&path) else {
+    // Two mappings of one file: the loop reads the doorbell while `step`
+    // borrows the scheduler mutably.
+    let (Ok(state), Ok(bell_state)) = (State::open(&path), State::open(&path)) else {
         return;
     };
     let n = state.device_count();
@@ -241,14 +243,27 @@ pub fn run(path: PathBuf, stop: Arc<AtomicBool>) {
         cursor: vec![usize::MAX; n],
         left: HashMap::new(),
     };
+    let mut last_busy = 0u64;
     while !stop.load(Ordering::Acquire) {
-        let bell = s.state.header().doorbell.load(Ordering::Acquire);
+        let h = bell_state.header();
+        let bell = h.doorbell.load(Ordering::SeqCst);
+        // Asleep from before the scan: a launch after it will ring (see
+        // `Machine::launch`).
+        h.sched_sleeping.store(1, Ordering::SeqCst);
         let now = now_ns();
-        let next = s.step(now);
+        let mut next = s.step(now);
+        if s.runs.iter().any(Option::is_some) {
+            last_busy = now;
+        } else if now.saturating_sub(last_busy) < 200_000_000 {
+            // Launches ring at most every 200 us: look again soon while
+            // work is about, so the timeline lags NVML by at most ~2 ms.
+            next = next.min(now + 2_000_000);
+        }
         let now2 = now_ns();
         if next > now2 {
-            futex_wait(&s.state.header().doorbell, bell, next - now2);
+            futex_wait(&h.doorbell, bell, next - now2);
         }
+        h.sched_sleeping.store(0, Ordering::SeqCst);
     }
 }
 

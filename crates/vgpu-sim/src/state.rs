@@ -16,7 +16,7 @@ use memmap2::MmapRaw;
 use crate::config::{SimConfig, MAX_DEVICES};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 pub const MAX_PROCS: usize = 1024;
 /// Kernel intervals kept per device (a ring).
 pub const KERNEL_RING: usize = 65536;
@@ -77,9 +77,10 @@ pub struct Header {
     pub retain_head: AtomicU64,
     /// One past the highest process record ever claimed: scans stop here.
     pub proc_hwm: AtomicU32,
-    /// Bumped (and futex-woken) when a process queues work on an empty
-    /// queue: wakes the daemon's scheduler.
+    /// Bumped (and futex-woken) to wake the daemon's scheduler.
     pub doorbell: AtomicU32,
+    /// 1 while the scheduler is (about to be) asleep on `doorbell`.
+    pub sched_sleeping: AtomicU32,
 }
 
 #[repr(C)]
