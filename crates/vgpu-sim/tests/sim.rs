@@ -656,3 +656,39 @@ fn long_kernels_are_time_sliced_against_short_ones() {
         );
     }
 }
+
+#[test]
+fn a_killed_launcher_frees_the_device_for_others() {
+    let sim = util_sim();
+    let mut a = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init", "retain", "0", "ready", "launch", "1000", "132", "5000",
+        ],
+    );
+    a.expect("ready");
+    std::thread::sleep(Duration::from_millis(300));
+    a.child.kill().unwrap();
+    let pa = a.child.id();
+    let _ = a.finish();
+    // B's work runs and completes although A died with work queued.
+    let lines = run(
+        &sim,
+        &["init", "retain", "0", "launch", "1000", "132", "300"],
+    );
+    assert!(lines.iter().any(|l| l.starts_with("launched")), "{lines:?}");
+    let st = sim.state().unwrap();
+    wait_until("A's record to be released", || {
+        st.live_procs().iter().all(|(_, p)| *p != pa)
+    });
+    // Nothing of A's runs after B started.
+    let k = st.kernels(0, 0, u64::MAX);
+    let b_first = k.iter().filter(|x| x.0 != pa).map(|x| x.1).min().unwrap();
+    assert!(
+        k.iter()
+            .filter(|x| x.0 == pa)
+            .all(|x| x.2 <= b_first + 2_000_000),
+        "A's kernels ran after it died: {k:?}"
+    );
+}
