@@ -146,7 +146,10 @@ fn zero32(c: &AtomicU32) {
 /// word).
 pub fn clear_slot<E: Env>(v: &View<'_>, idx: usize, env: &E) {
     let s = &v.slots[idx];
-    for (i, d) in s.devices.iter().enumerate() {
+    // Only configured devices are ever written; touching the others' totals
+    // would fault in a page per device for nothing.
+    let ndev = (v.header.device_count.load(Relaxed) as usize).min(MAX_DEVICES);
+    for (i, d) in s.devices.iter().enumerate().take(ndev) {
         zero64(&d.context);
         zero64(&d.module);
         zero64(&d.data);
@@ -156,6 +159,9 @@ pub fn clear_slot<E: Env>(v: &View<'_>, idx: usize, env: &E) {
         if i == 0 {
             env.step("reclaim.mid_clear");
         }
+    }
+    if ndev == 0 {
+        env.step("reclaim.mid_clear");
     }
     for c in [&s.start_time, &s.claimed_ns, &s.identity_ns] {
         zero64(c);

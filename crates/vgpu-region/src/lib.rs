@@ -133,8 +133,13 @@ pub mod model {
     impl Mem {
         /// A zeroed region with `n` slots.
         pub fn new(n: usize) -> Self {
+            let header = Box::new(zeroed_header());
+            header.device_count.store(
+                crate::layout::MAX_DEVICES as u32,
+                crate::sync::Ordering::SeqCst,
+            );
             Mem {
-                header: Box::new(zeroed_header()),
+                header,
                 owners: (0..n).map(|_| crate::sync::AtomicU64::new(0)).collect(),
                 totals: (0..n * crate::layout::MAX_DEVICES)
                     .map(|_| crate::sync::AtomicU64::new(0))
