@@ -215,6 +215,13 @@ pub fn machine_err(e: MachineError) -> CUresult {
         MachineError::OutOfMemory { .. } => CUresult::CUDA_ERROR_OUT_OF_MEMORY,
         MachineError::NoDevice(_) => CUresult::CUDA_ERROR_INVALID_DEVICE,
         MachineError::Released => CUresult::CUDA_ERROR_DEINITIALIZED,
+        MachineError::DaemonGone => {
+            log::log(
+                log::ERROR,
+                "the sim daemon is gone: queued kernels never finish",
+            );
+            CUresult::CUDA_ERROR_LAUNCH_FAILED
+        }
         other => {
             log::log(log::ERROR, &chain(&other));
             CUresult::CUDA_ERROR_UNKNOWN
@@ -393,7 +400,8 @@ impl Driver {
         }
         let seq = c.last_seq;
         drop(g);
-        self.m.wait(seq);
+        // Destroy proceeds even if the work can never finish.
+        let _ = self.m.wait(seq);
         spend(self.m.header().ctx_destroy_ns);
         let mut g = self.lock();
         self.teardown(&mut g, ctx);
@@ -457,7 +465,7 @@ impl Driver {
         let ctx = p.ctx;
         let seq = g.ctxs.get(&ctx).map(|c| c.last_seq).unwrap_or(0);
         drop(g);
-        self.m.wait(seq);
+        let _ = self.m.wait(seq);
         spend(self.m.header().primary_release_ns);
         let mut g = self.lock();
         self.teardown(&mut g, ctx);
@@ -504,7 +512,7 @@ impl Driver {
     pub fn ctx_synchronize(&self) -> R {
         let (c, _) = self.ctx()?;
         let seq = self.lock().ctxs.get(&c).map(|c| c.last_seq).unwrap_or(0);
-        self.m.wait(seq);
+        self.m.wait(seq).map_err(machine_err)?;
         Ok(())
     }
 
@@ -1076,7 +1084,9 @@ impl Driver {
     }
 
     pub fn stream_synchronize(&self, s: u64, per_thread: bool) -> R {
-        self.m.wait(self.resolve_seq(s, per_thread)?);
+        self.m
+            .wait(self.resolve_seq(s, per_thread)?)
+            .map_err(machine_err)?;
         Ok(())
     }
 
@@ -1140,7 +1150,7 @@ impl Driver {
 
     pub fn event_synchronize(&self, e: u64) -> R {
         if let Some((seq, _)) = self.event_mark(e)? {
-            self.m.wait(seq);
+            self.m.wait(seq).map_err(machine_err)?;
         }
         Ok(())
     }

@@ -22,6 +22,8 @@ pub enum MachineError {
     State(#[source] StateError),
     #[error("this process's record on the simulated machine was released")]
     Released,
+    #[error("the simulated machine's daemon is gone; queued kernels will never run")]
+    DaemonGone,
     #[error("no such simulated device {0}")]
     NoDevice(usize),
     #[error("simulated device {device} out of memory: {requested} bytes requested, {free} free")]
@@ -273,6 +275,9 @@ impl Machine {
             self.rec()?;
             self.ring_if_asleep();
             futex_wait(&r.q_futex, f, 50_000_000);
+            if r.q_futex.load(Ordering::Acquire) == f && !self.daemon_alive() {
+                return Err(MachineError::DaemonGone);
+            }
         }
         let tail = r.q_tail.load(Ordering::Relaxed);
         let seq = tail + 1;
@@ -322,17 +327,34 @@ impl Machine {
                 .unwrap_or(true)
     }
 
-    /// Block until launch `seq` has completed.
-    pub fn wait(&self, seq: u64) {
-        let Ok(r) = self.rec() else { return };
+    /// Block until launch `seq` has completed. Fails if the daemon (whose
+    /// scheduler runs kernels) is gone: the work will never finish.
+    pub fn wait(&self, seq: u64) -> Result<(), MachineError> {
+        let Ok(r) = self.rec() else { return Ok(()) };
         loop {
             let f = r.q_futex.load(Ordering::Acquire);
             if r.q_done.load(Ordering::Acquire) >= seq || self.rec().is_err() {
-                return;
+                return Ok(());
             }
             self.ring_if_asleep();
             futex_wait(&r.q_futex, f, 50_000_000);
+            if r.q_futex.load(Ordering::Acquire) == f && !self.daemon_alive() {
+                return Err(MachineError::DaemonGone);
+            }
         }
+    }
+
+    /// The daemon still serves this machine (its socket is there and its
+    /// process lives).
+    pub fn daemon_alive(&self) -> bool {
+        let pid = self.header().daemon_pid as i32;
+        crate::daemon::sock_path(&self.dir).exists()
+            && rustix::process::Pid::from_raw(pid).is_some_and(|p| {
+                !matches!(
+                    rustix::process::test_kill_process(p),
+                    Err(rustix::io::Errno::SRCH)
+                )
+            })
     }
 
     /// When launch `seq` completed, if it has and the queue still holds it.

@@ -692,3 +692,26 @@ fn a_killed_launcher_frees_the_device_for_others() {
         "A's kernels ran after it died: {k:?}"
     );
 }
+
+#[test]
+fn synchronize_fails_instead_of_hanging_when_the_daemon_is_gone() {
+    let sim = util_sim();
+    // 10 s of queued work; the machine goes away under it.
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init", "retain", "0", "ready", "launch", "1000000", "132", "1",
+        ],
+    );
+    p.expect("ready");
+    std::thread::sleep(Duration::from_millis(100));
+    drop(sim);
+    let mut l = String::new();
+    p.out.read_line(&mut l).unwrap();
+    assert!(
+        l.contains("error") && l.contains("CUDA_ERROR_LAUNCH_FAILED"),
+        "{l}"
+    );
+    assert!(!p.finish().success());
+}
