@@ -1,7 +1,8 @@
 //! A process's view of the simulated machine: what the simulated CUDA and
 //! NVML libraries call. Memory admission, context counts, the cost model
-//! (with cross-process serialization of context creation by `flock`), and
-//! the kernel-execution model (one shared timeline per device).
+//! (with cross-process serialization of context creation by `flock`), the
+//! launch queue the daemon's scheduler runs, and NVML's view of the device
+//! timelines.
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -3,10 +3,11 @@
 //! atomics, mapped `MAP_SHARED` with `MmapRaw` by the daemon and by every
 //! process of the simulated driver. Only this module touches raw memory.
 //!
-//! Writers: the daemon claims and frees process records; a process writes
-//! only its own record's counters and appends to the device timelines and
-//! the retain log (slots claimed by `fetch_add`, entries published by a
-//! sequence word written last).
+//! Writers: the daemon claims and frees process records, and its scheduler
+//! thread completes queued launches and appends to the device timelines; a
+//! process writes only its own record's counters and launch queue (one
+//! producer) and appends to the retain log (slots claimed by `fetch_add`,
+//! entries published by a sequence word written last).
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
