@@ -86,8 +86,7 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
     let mut r: Option<Region> = None;
     let mut slot: Option<SlotId> = None;
     for op in ops.split(',') {
-        let mut parts = op.split(':');
-        let name = parts.next().unwrap_or("");
+        let name = op.split(':').next().unwrap_or("");
         let arg = |i: usize| -> Result<u64, String> {
             op.split(':')
                 .nth(i)
@@ -167,7 +166,6 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
             }
             other => return Err(format!("unknown op {other:?}")),
         }
-        let _ = parts;
     }
     println!("ok");
     Ok(())
