@@ -4,13 +4,20 @@
 //! and the real code over the mapped file.
 //!
 //! Why admission is exact (DESIGN.md section 4): a racer adds its request to
-//! its own slot's `total` first, then sums every slot's `total` (all
-//! SeqCst). Take the admitted reservation whose sum came last in the SeqCst
-//! order: every other admitted racer's add preceded its own sum, hence this
-//! one, so this sum saw all of them and was within the limit. A racer that
-//! saw too much takes its request back; it retries (bounded, with back-off)
-//! only while the others' total leaves room, so a round of racers that all
-//! backed off together does not leave everyone empty-handed.
+//! its own slot's total first, then issues a SeqCst fence, then sums every
+//! slot's total. Fences are totally ordered; take the admitted reservation
+//! whose fence came last: every other admitted racer added before its own
+//! fence, hence before this one, so this sum saw all of them and was within
+//! the limit. (Slots at or above the high-water mark hold nothing: a claimer
+//! raises the mark before its first add.)
+//!
+//! Why a round of racers cannot all lose: a racer that saw too much takes
+//! its request back and sums again; it retries (bounded, with back-off)
+//! while the others' total leaves room for it. If every racer gave up, look
+//! at the one whose final re-check came last: every other racer had taken
+//! its request back before it, so that re-check saw room (unless the room
+//! is held by admitted reservations) and it would have retried — so some
+//! racer wins unless one exhausts its attempts.
 
 use crate::layout::{RawHeader, RawSlot, RawSlotDevice, MAX_DEVICES, NS_TABLE_LEN};
 use crate::sync::{
