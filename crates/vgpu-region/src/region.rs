@@ -42,7 +42,8 @@ pub struct DeviceConfig {
 pub struct LimitMismatch {
     /// Device index.
     pub device: u32,
-    /// "memory limit", "SM limit", "uuid" or "device count".
+    /// "memory limit", "SM limit", "uuid", "device count" or "slot count"
+    /// (the last two are region-wide; `device` is 0).
     pub field: &'static str,
     /// Value in the region.
     pub recorded: String,
@@ -496,6 +497,14 @@ impl Region {
 
     fn mismatches(&self, opts: &CreateOptions) -> Vec<LimitMismatch> {
         let mut out = Vec::new();
+        if opts.slots != 0 && opts.slots != self.slot_count {
+            out.push(LimitMismatch {
+                device: 0,
+                field: "slot count",
+                recorded: self.slot_count.to_string(),
+                requested: opts.slots.to_string(),
+            });
+        }
         if opts.devices.is_empty() {
             return out;
         }

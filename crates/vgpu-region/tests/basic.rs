@@ -59,6 +59,12 @@ fn create_register_reserve_release() {
     assert_eq!(m[0].recorded, "1000");
     assert_eq!(m[0].requested, "5");
     assert_eq!(r2.limits(0).mem, 1000);
+    let mut other = opts(1000);
+    other.slots = 99;
+    let (_, m) = Region::open_or_create(&p, &other).unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].field, m[0].recorded.as_str()), ("slot count", "8"));
+    assert!(m[0].to_string().contains("99"), "{}", m[0]);
     // Live limit change seen by the first mapping at its next reservation.
     r2.set_limits(0, Limits { mem: 2000, sm: 0 });
     r.reserve(s, 0, MemKind::Data, 1600).unwrap();
