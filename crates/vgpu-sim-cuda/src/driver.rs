@@ -142,6 +142,7 @@ pub struct Inner {
     pub registered: BTreeMap<usize, usize>,
     pub pools: HashMap<u64, Pool>,
     pub default_pools: HashMap<usize, u64>,
+    pub current_pools: HashMap<usize, u64>,
     pub vmm: HashMap<u64, Vmm>,
     pub reservations: BTreeMap<u64, u64>,
     /// Mapped ranges: start -> (size, vmm handle).
@@ -673,6 +674,70 @@ impl Driver {
         Ok(id)
     }
 
+    /// The device's current pool (`cuDeviceGetMemPool`): the default one
+    /// unless `cuDeviceSetMemPool` chose another.
+    pub fn current_pool(&self, dev: i32) -> R<u64> {
+        let d = self.device(dev)?;
+        if let Some(p) = self.lock().current_pools.get(&d) {
+            return Ok(*p);
+        }
+        self.default_pool(dev)
+    }
+
+    pub fn set_current_pool(&self, dev: i32, pool: u64) -> R {
+        let d = self.device(dev)?;
+        let mut g = self.lock();
+        match g.pools.get(&pool) {
+            Some(p) if p.dev == d => {
+                g.current_pools.insert(d, pool);
+                Ok(())
+            }
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    /// `cuMemPoolCreate` for device memory on `dev`.
+    pub fn pool_create(&self, alloc_type: u32, loc_type: u32, dev: i32) -> R<u64> {
+        if alloc_type != 1 || loc_type != 1 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let dev = self
+            .device(dev)
+            .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let mut g = self.lock();
+        let id = g.id(T_POOL);
+        g.pools.insert(
+            id,
+            Pool {
+                dev,
+                ..Pool::default()
+            },
+        );
+        Ok(id)
+    }
+
+    /// `cuMemPoolDestroy`: not the default pool. Allocations still out keep
+    /// their memory until freed, as on the real driver.
+    pub fn pool_destroy(&self, pool: u64) -> R {
+        let mut g = self.lock();
+        if g.default_pools.values().any(|p| *p == pool) || !g.pools.contains_key(&pool) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        g.pools.remove(&pool);
+        g.current_pools.retain(|_, p| *p != pool);
+        Ok(())
+    }
+
+    /// `cuMemPoolTrimTo`: freed pool memory is returned at once here, so
+    /// there is never anything to trim.
+    pub fn pool_trim(&self, pool: u64) -> R {
+        if self.lock().pools.contains_key(&pool) {
+            Ok(())
+        } else {
+            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+        }
+    }
+
     /// Stream handle -> (ctx, device), resolving the default streams.
     pub fn stream_ctx(&self, stream: u64) -> R<(u64, usize)> {
         if stream == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD {
@@ -697,7 +762,7 @@ impl Driver {
         let (ctx, sdev) = self.stream_ctx(stream)?;
         let pool = match pool {
             Some(p) => p,
-            None => self.default_pool(sdev as i32)?,
+            None => self.current_pool(sdev as i32)?,
         };
         let dev = self
             .lock()

@@ -594,6 +594,30 @@ cu! {
         unsafe { out(pool, CUmemoryPool(p(id))) }
     }
 
+    fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) {
+        if pool.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let id = drv()?.current_pool(dev)?;
+        // SAFETY: non-null out-pointer from the caller.
+        unsafe { out(pool, CUmemoryPool(p(id))) }
+    }
+    fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) {
+        drv()?.set_current_pool(dev, h(pool.0))
+    }
+    fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) {
+        // SAFETY: in-struct from the caller; null is rejected.
+        let pr = unsafe { inp(props) }?;
+        if pool.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let id = drv()?.pool_create(pr.allocType, pr.location.type_, pr.location.id)?;
+        // SAFETY: non-null out-pointer from the caller.
+        unsafe { out(pool, CUmemoryPool(p(id))) }
+    }
+    fn cuMemPoolDestroy(pool: CUmemoryPool) { drv()?.pool_destroy(h(pool.0)) }
+    fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) { drv()?.pool_trim(h(pool.0)) }
+
     // ---- primary contexts ----
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
         if pctx.is_null() {
