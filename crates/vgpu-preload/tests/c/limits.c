@@ -372,7 +372,7 @@ static void forked(size_t chunk) {
 
 static size_t g_limit;
 static volatile int g_over;
-static size_t g_held, g_ooms, g_allocs, g_frees;
+static size_t g_held, g_ooms, g_allocs, g_frees, g_max_held;
 static pthread_barrier_t g_start;
 
 /* Each thread adds what it holds after a granted allocation and takes it
@@ -400,7 +400,11 @@ static void *churn(void *arg) {
             if (r == CUDA_SUCCESS) {
                 __atomic_add_fetch(&g_allocs, 1, __ATOMIC_SEQ_CST);
                 size[k] = n;
-                if (__atomic_add_fetch(&g_held, n, __ATOMIC_SEQ_CST) > g_limit)
+                size_t now = __atomic_add_fetch(&g_held, n, __ATOMIC_SEQ_CST);
+                size_t m = __atomic_load_n(&g_max_held, __ATOMIC_SEQ_CST);
+                while (now > m && !__atomic_compare_exchange_n(&g_max_held, &m, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+                }
+                if (now > g_limit)
                     g_over = 1;
             } else {
                 held[k] = 0;
@@ -429,7 +433,8 @@ static void threads(size_t limit) {
         pthread_create(&t[i], NULL, churn, (void *)(i + 1));
     for (int i = 0; i < 8; i++)
         pthread_join(t[i], NULL);
-    printf("threads.allocs=%zu\nthreads.frees=%zu\nthreads.refusals=%zu\n", g_allocs, g_frees, g_ooms);
+    printf("threads.allocs=%zu\nthreads.frees=%zu\nthreads.refusals=%zu\nthreads.max_held=%zu\nthreads.limit=%zu\n", g_allocs,
+           g_frees, g_ooms, g_max_held, g_limit);
     CHECK(g_over == 0, "held memory never passed the limit, no call failed oddly (%d)", g_over);
     CHECK(g_ooms > 0, "the threads pressed against the limit (%zu refusals)", g_ooms);
     CHECK(used_now() == base, "everything released (%zu left)", used_now() - base);
