@@ -102,7 +102,10 @@ unsafe extern "C" fn dlsym_impl(handle: *mut c_void, symbol: *const c_char) -> *
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn vgpu_hook_table() -> *const c_char {
     static TABLE: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
-    TABLE
-        .get_or_init(|| std::ffi::CString::new(crate::coverage::tsv()).unwrap_or_default())
-        .as_ptr()
+    std::panic::catch_unwind(|| {
+        TABLE
+            .get_or_init(|| std::ffi::CString::new(crate::coverage::tsv()).unwrap_or_default())
+            .as_ptr()
+    })
+    .unwrap_or(std::ptr::null())
 }

@@ -303,6 +303,11 @@ fn devices_for_create(cfg: &Config) -> Option<Vec<NewDevice>> {
 }
 
 extern "C" fn on_exit() {
+    // Runs from C (exit(3)): a panic must not unwind out of it.
+    let _ = std::panic::catch_unwind(release_at_exit);
+}
+
+fn release_at_exit() {
     let p = PROC.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: PROC only holds null or a leaked Box<Proc>.
     if let Some(p) = unsafe { p.as_ref() } {

@@ -326,6 +326,24 @@ static void fill(size_t limit) {
     CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc, &b, 1);
     OK_CU(cuMemFree, a);
     CHECK(used_now() == limit - room, "all released");
+
+    /* Pitched allocation whose width x height fits the room exactly but
+     * whose returned pitch does not: refused after the fact, the driver's
+     * allocation freed, nothing left charged. */
+    size_t pitch = 0;
+    CUdeviceptr p = 0;
+    size_t width = 1000, height = room / width;
+    if (cuMemAllocPitch(&p, &pitch, width, 1, 4) == CUDA_SUCCESS) {
+        cuMemFree(p);
+        printf("pitch_for_1000=%zu\n", pitch);
+        if (pitch > width) {
+            size_t before = used_now();
+            CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAllocPitch, &p, &pitch, width, height, 4);
+            CHECK(used_now() == before, "a refused pitched allocation leaves no charge (%zu)", used_now() - before);
+            CHECK_CU(CUDA_SUCCESS, cuMemAlloc, &a, room);
+            OK_CU(cuMemFree, a);
+        }
+    }
 }
 
 static void grab(size_t chunk) {
