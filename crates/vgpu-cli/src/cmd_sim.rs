@@ -208,12 +208,14 @@ fn status(dir: &Path) -> anyhow::Result<ExitCode> {
             rec.sms,
             m.utilization(d)
         );
+        let sm = m.process_utilization(d, 0);
         for (pid, mem) in m.state.live_procs().into_iter().filter_map(|(i, pid)| {
             let r = m.state.proc_rec(i);
             (r.contexts[d].load(std::sync::atomic::Ordering::SeqCst) > 0)
                 .then(|| (pid, r.mem[d].load(std::sync::atomic::Ordering::SeqCst)))
         }) {
-            println!("    pid {pid:>8}  {:>8} MiB", mem >> 20);
+            let u = sm.iter().find(|s| s.0 == pid).map_or(0, |s| s.1);
+            println!("    pid {pid:>8}  {:>8} MiB  SM {u:>3} %", mem >> 20);
         }
     }
     Ok(ExitCode::SUCCESS)
