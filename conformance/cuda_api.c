@@ -90,6 +90,20 @@ WEAK(cuGraphInstantiateWithFlags);
 WEAK(cuGraphLaunch);
 WEAK(cuGraphExecDestroy);
 WEAK(cuGraphDestroy);
+/* Beyond issue 2's list: what async programs and pool users also call. */
+WEAK(cuCtxPushCurrent_v2);
+WEAK(cuCtxPopCurrent_v2);
+WEAK(cuDeviceGetPCIBusId);
+WEAK(cuStreamCreateWithPriority);
+WEAK(cuStreamWaitEvent);
+WEAK(cuStreamQuery);
+WEAK(cuEventQuery);
+WEAK(cuMemPoolCreate);
+WEAK(cuMemPoolDestroy);
+WEAK(cuMemPoolTrimTo);
+WEAK(cuMemPoolSetAttribute);
+WEAK(cuDeviceGetMemPool);
+WEAK(cuDeviceSetMemPool);
 
 #define MiB (1024ull * 1024ull)
 
@@ -574,6 +588,117 @@ static void test_getprocaddress(void) {
         CHECK(p == (void *)&conf_cuCtxCreate_v2, "cuGetProcAddress(cuCtxCreate, 3020) = cuCtxCreate_v2");
 }
 
+
+/* ---- beyond issue 2's list -------------------------------------------- */
+
+static void test_ctx_stack(CUdevice dev, CUcontext outer) {
+    CUcontext c = NULL, cur = NULL, popped = NULL;
+    if (!OK_CU(conf_cuCtxCreate_v2, &c, 0, dev))
+        return;
+    /* cuCtxCreate pushed c on top of outer; pop it, push it back. */
+    if (OK_CU(cuCtxPopCurrent_v2, &popped))
+        CHECK(popped == c, "cuCtxPopCurrent_v2 returns the context just made");
+    if (OK_CU(cuCtxGetCurrent, &cur))
+        CHECK(cur == outer, "after the pop the outer context is current again");
+    OK_CU(cuCtxPushCurrent_v2, c);
+    if (OK_CU(cuCtxGetCurrent, &cur))
+        CHECK(cur == c, "cuCtxPushCurrent_v2 makes it current");
+    OK_CU(cuCtxDestroy_v2, c);
+    if (OK_CU(cuCtxGetCurrent, &cur))
+        CHECK(cur == outer, "destroying the top context pops it");
+}
+
+static void test_pci_bus_id(CUdevice dev) {
+    char id[32] = "", want[32];
+    int bus = attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+    int slot = attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+    int dom = attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+    snprintf(want, sizeof want, "%04x:%02x:%02x.0", dom, bus, slot);
+    if (OK_CU(cuDeviceGetPCIBusId, id, sizeof id, dev))
+        CHECK(strcasecmp(id, want) == 0, "cuDeviceGetPCIBusId \"%s\" == attributes \"%s\"", id,
+              want);
+}
+
+static void test_stream_order(void) {
+    CUmodule mod;
+    CUfunction fn;
+    CUstream a = NULL, b = NULL;
+    CUevent start, mid, end;
+    if (CU(cuModuleLoadData, &mod, sim_module_image()) ||
+        CU(cuModuleGetFunction, &fn, mod, sim_kernel_name()))
+        return;
+    int lo = 0;
+    OK_CU(cuStreamCreateWithPriority, &a, CU_STREAM_NON_BLOCKING, lo);
+    OK_CU(cuStreamCreate, &b, CU_STREAM_NON_BLOCKING);
+    OK_CU(cuEventCreate, &start, CU_EVENT_DEFAULT);
+    OK_CU(cuEventCreate, &mid, CU_EVENT_DEFAULT);
+    OK_CU(cuEventCreate, &end, CU_EVENT_DEFAULT);
+    uint64_t ns = 2000000; /* 2 ms per block, one wave each */
+    void *args[] = {&ns};
+    OK_CU(cuEventRecord, start, a);
+    OK_CU(cuLaunchKernel, fn, 1, 1, 1, 32, 1, 1, 0, a, args, NULL);
+    OK_CU(cuEventRecord, mid, a);
+    /* b waits for a's kernel, then runs its own. */
+    OK_CU(cuStreamWaitEvent, b, mid, 0);
+    OK_CU(cuLaunchKernel, fn, 1, 1, 1, 32, 1, 1, 0, b, args, NULL);
+    OK_CU(cuEventRecord, end, b);
+    OK_CU(cuStreamSynchronize, b);
+    CHECK_CU(CUDA_SUCCESS, cuEventQuery, mid);
+    CHECK_CU(CUDA_SUCCESS, cuStreamQuery, a);
+    float ms = -1;
+    if (OK_CU(cuEventElapsedTime, &ms, start, end))
+        CHECK(ms >= 3.999f, "kernel on b after cuStreamWaitEvent on a's: %.3f ms >= 2 + 2 ms", ms);
+    OK_CU(cuEventDestroy_v2, start);
+    OK_CU(cuEventDestroy_v2, mid);
+    OK_CU(cuEventDestroy_v2, end);
+    OK_CU(cuStreamDestroy_v2, a);
+    OK_CU(cuStreamDestroy_v2, b);
+    OK_CU(cuModuleUnload, mod);
+}
+
+static void test_own_pool(CUdevice dev) {
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    CUmemoryPool pool = NULL, dflt = NULL, cur = NULL;
+    if (!OK_CU(cuMemPoolCreate, &pool, &props))
+        return;
+    cuuint64_t thr = ~0ull, got = 0;
+    OK_CU(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr);
+    if (OK_CU(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &got))
+        CHECK(got == thr, "release threshold set to %llu reads %llu", (unsigned long long)thr,
+              (unsigned long long)got);
+    CUstream s = NULL;
+    OK_CU(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+    size_t before = free_mem();
+    CUdeviceptr p = 0;
+    if (OK_CU(cuMemAllocFromPoolAsync, &p, 8 * MiB, pool, s)) {
+        OK_CU(cuStreamSynchronize, s);
+        check_drop("cuMemAllocFromPoolAsync on an own pool", before, free_mem(), 8 * MiB);
+        OK_CU(cuMemFreeAsync, p, s);
+        OK_CU(cuStreamSynchronize, s);
+        /* The threshold keeps the memory reserved until trimmed. */
+        unsigned long long res = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        CHECK(res >= 8 * MiB && res != ~0ull, "freed memory stays reserved (%llu)", res);
+        OK_CU(cuMemPoolTrimTo, pool, 0);
+        res = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        CHECK(res == 0, "cuMemPoolTrimTo(0) releases it (%llu)", res);
+        check_back("trimmed pool", before, free_mem());
+    }
+    /* The device's current pool can be swapped and restored. */
+    if (OK_CU(cuDeviceGetDefaultMemPool, &dflt, dev) && OK_CU(cuDeviceSetMemPool, dev, pool) &&
+        OK_CU(cuDeviceGetMemPool, &cur, dev)) {
+        CHECK(cur == pool, "cuDeviceGetMemPool returns the pool just set");
+        OK_CU(cuDeviceSetMemPool, dev, dflt);
+        if (OK_CU(cuDeviceGetMemPool, &cur, dev))
+            CHECK(cur == dflt, "and the default after restoring it");
+    }
+    OK_CU(cuStreamDestroy_v2, s);
+    OK_CU(cuMemPoolDestroy, pool);
+}
+
 int main(void) {
     g_prog = "cuda_api";
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -598,6 +723,11 @@ int main(void) {
     test_arrays();
     test_launch();
     test_getprocaddress();
+    printf("# beyond issue 2's list\n");
+    test_ctx_stack(dev, ctx);
+    test_pci_bus_id(dev);
+    test_stream_order();
+    test_own_pool(dev);
     OK_CU(cuCtxDestroy_v2, ctx);
     return finish();
 }
