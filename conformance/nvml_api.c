@@ -41,6 +41,7 @@ WEAK(nvmlDeviceGetPciInfo_v3);
 WEAK(nvmlSystemGetDriverVersion);
 WEAK(nvmlSystemGetCudaDriverVersion);
 WEAK(nvmlSystemGetCudaDriverVersion_v2);
+WEAK(nvmlSystemGetNVMLVersion);
 
 WEAK(cuInit);
 WEAK(cuDriverGetVersion);
@@ -98,6 +99,9 @@ static void test_system(void) {
         CHECK(ver[0] >= '0' && ver[0] <= '9' && strchr(ver, '.'), "driver version \"%s\"", ver);
     char tiny[2];
     CHECK_NV(NVML_ERROR_INSUFFICIENT_SIZE, nvmlSystemGetDriverVersion, tiny, sizeof tiny);
+    char nv[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = {0};
+    if (OK_NV(nvmlSystemGetNVMLVersion, nv, sizeof nv))
+        CHECK(nv[0] >= '0' && nv[0] <= '9' && strchr(nv, '.'), "NVML version \"%s\"", nv);
     int v1 = 0, v2 = 0, cu = 0;
     OK_NV(nvmlSystemGetCudaDriverVersion, &v1);
     OK_NV(nvmlSystemGetCudaDriverVersion_v2, &v2);
