@@ -102,7 +102,8 @@ fn main() {
          reports the median of 15 batches of {iters}/15 calls; the table shows the median of the runs. The simulated driver's own cost is in \
          both columns; the difference is the wrapper's. Built with the release profile (`cargo bench`) on both sides; the simulated driver libraries must be built with \
          `cargo build --release -p vgpu-sim-cuda -p vgpu-sim-nvml` first. Launches are timed in batches of 128 with the queue drained \
-         between batches (untimed), since the simulated driver blocks a full pushbuffer like a real one.\n\n"
+         between batches (untimed), since the simulated driver blocks a full pushbuffer like a real one. `cargo bench` also enables the test-only \
+         `failpoints` feature (dev-dependency unification); with no `LIBVGPU_FAILPOINT_PANIC` set it costs one relaxed load per call.\n\n"
     ));
     md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: |\n");
     for (k, name) in OPS {

@@ -352,3 +352,60 @@ fn rtld_next_from_a_later_interposer_is_relative_to_it() {
     assert!(!stderr.contains("next.c:"), "{stderr}");
     assert_eq!(num(&facts(&out), "cuda.count"), 1, "{stderr}");
 }
+
+#[test]
+fn a_panic_inside_a_hook_never_unwinds_into_c() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    // A panicking policy: the call returns an error code, the process lives.
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_FAILPOINT_PANIC", "cuMemGetInfo_v2"),
+        ],
+    );
+    let out = run(&c_program("limits"), &["view"], &e);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let f = facts(&out);
+    assert_eq!(
+        num(&f, "cuda.0.info_total"),
+        0,
+        "the panicking call reported failure: {f:?}"
+    );
+    assert_eq!(num(&f, "cuda.0.total_mem"), GIB, "other hooks keep working");
+    assert!(
+        stderr.contains("internal error (panic) in cuMemGetInfo_v2"),
+        "{stderr}"
+    );
+    // A panic while routing dlsym: the real answer is handed out (so the
+    // client's own check that dlsym gave the hook fails), and the program
+    // runs to its end instead of aborting.
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_FAILPOINT_PANIC", "dlsym"),
+        ],
+    );
+    let out = run(&c_program("limits"), &["view"], &e);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.code().is_some(),
+        "not killed by a signal: {:?}",
+        out.status
+    );
+    assert!(
+        stdout.contains("FAIL dlsym(cuGetProcAddress_v2) is the hook"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("limits: 1 passed, 1 failed"),
+        "ran to the end: {stdout}"
+    );
+    assert_eq!(num(&facts(&out), "cuda.count"), 1);
+}

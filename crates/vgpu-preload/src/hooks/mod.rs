@@ -96,6 +96,8 @@ macro_rules! hooks {
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 let run = || -> $ret {
+                    #[cfg(feature = "failpoints")]
+                    $crate::hooks::failpoint(stringify!($name));
                     let Some($real) = $crate::hooks::real::<$name::Fn>(&$name::REAL, $crate::hooks::Lib::$lib) else {
                         return <$ret as $crate::hooks::HookRet>::MISSING;
                     };
@@ -250,6 +252,33 @@ pub fn real<F: Copy>(slot: &AtomicPtr<c_void>, lib: Lib) -> Option<F> {
     Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
+/// Test-only (feature `failpoints`): panics when `LIBVGPU_FAILPOINT_PANIC`
+/// names this hook (or `dlsym`), read once.
+/// Off (no variable) costs one relaxed load, so `cargo bench` (which builds
+/// the dev-dependency features too) measures the same hot paths.
+#[cfg(feature = "failpoints")]
+pub fn failpoint(name: &str) {
+    use std::sync::atomic::AtomicU8;
+    static STATE: AtomicU8 = AtomicU8::new(0); // 0 unread, 1 off, 2 on
+    static WHICH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    match STATE.load(Ordering::Relaxed) {
+        1 => {}
+        0 => {
+            let on = std::env::var("LIBVGPU_FAILPOINT_PANIC")
+                .ok()
+                .map(|v| WHICH.get_or_init(|| v))
+                .is_some();
+            STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            failpoint(name);
+        }
+        _ => {
+            if WHICH.get().map(String::as_str) == Some(name) {
+                panic!("failpoint in {name}");
+            }
+        }
+    }
+}
+
 pub fn note_panic(name: &str) {
     crate::error!(
         "internal error (panic) in {name}; returned an error code instead of unwinding into C"
@@ -262,6 +291,8 @@ pub fn note_panic(name: &str) {
 /// # Safety
 /// `name` is null or a NUL-terminated string (the `dlsym` contract).
 pub unsafe fn route_dlsym(name: *const c_char, found: *mut c_void) -> *mut c_void {
+    #[cfg(feature = "failpoints")]
+    failpoint("dlsym");
     // SAFETY: per this function's contract.
     let Some(name) = (unsafe { sys::cstr(name) }) else {
         return found;
