@@ -279,6 +279,14 @@ static void routes(size_t limit, CUdevice dev) {
         EXPECT_USED(base, 8 * MiB, 0, "cuCtxCreate");
         CHECK(o.ctx_destroy && o.ctx_destroy(c) == CUDA_SUCCESS, "%s: cuCtxDestroy_v2", o.name);
         EXPECT_USED(base, 0, 0, "cuCtxDestroy_v2");
+        if (o.ctx_v3) {
+            CUresult (*v3)(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
+            *(void **)&v3 = o.ctx_v3;
+            CHECK(v3(&c, NULL, 0, 0, dev) == CUDA_SUCCESS, "%s: cuCtxCreate_v3", o.name);
+            EXPECT_USED(base, 8 * MiB, 0, "cuCtxCreate_v3");
+            o.ctx_destroy(c);
+            EXPECT_USED(base, 0, 0, "destroy of the v3 context");
+        }
         cuCtxSetCurrent(cur);
         CUcontext pc = NULL;
         CHECK(o.retain && o.retain(&pc, dev) == CUDA_SUCCESS, "%s: second primary retain", o.name);
