@@ -191,6 +191,8 @@ impl Inner {
 
 pub struct Driver {
     pub m: Machine,
+    /// CUDA ordinal -> machine device index.
+    pub visible: Vec<usize>,
     pub inner: Mutex<Inner>,
     /// Per device, held across primary-context retain/release (including
     /// their cost), like the real driver's per-device lock.
@@ -265,6 +267,14 @@ pub fn init(flags: u32) -> R {
             return Err(CUresult::CUDA_ERROR_NO_DEVICE);
         }
     };
+    let visible = visible_devices(
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+        m.device_count(),
+    );
+    if visible.is_empty() {
+        log::log(log::INFO, "cuInit: CUDA_VISIBLE_DEVICES hides every device");
+        return Err(CUresult::CUDA_ERROR_NO_DEVICE);
+    }
     spend(m.header().init_ns);
     let n = m.device_count();
     let inner = Inner {
@@ -273,6 +283,7 @@ pub fn init(flags: u32) -> R {
     };
     let _ = DRIVER.set(Arc::new(Driver {
         m,
+        visible,
         inner: Mutex::new(inner),
         primary_lock: (0..n).map(|_| Mutex::new(())).collect(),
     }));
@@ -319,11 +330,26 @@ impl Driver {
         lock(&self.inner)
     }
 
+    /// CUDA device ordinal -> the machine's device index (through
+    /// `CUDA_VISIBLE_DEVICES`).
     pub fn device(&self, dev: i32) -> R<usize> {
-        if dev < 0 || dev as usize >= self.m.device_count() {
-            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
-        }
-        Ok(dev as usize)
+        usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.visible.get(d).copied())
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// The machine's device index -> CUDA device ordinal.
+    pub fn ordinal(&self, phys: usize) -> i32 {
+        self.visible
+            .iter()
+            .position(|p| *p == phys)
+            .map_or(-1, |o| o as i32)
+    }
+
+    /// Devices this process sees.
+    pub fn device_count(&self) -> usize {
+        self.visible.len()
     }
 
     /// The current context, which must be live.
@@ -1342,6 +1368,37 @@ impl Driver {
     }
 }
 
+/// `CUDA_VISIBLE_DEVICES` as the driver reads it: unset = every device;
+/// otherwise a comma-separated list of indices or (unique prefixes of)
+/// `GPU-…` UUIDs, read up to the first invalid or repeated entry.
+pub fn visible_devices(var: Option<&str>, n: usize) -> Vec<usize> {
+    let Some(var) = var else {
+        return (0..n).collect();
+    };
+    let mut out: Vec<usize> = Vec::new();
+    for item in var.split(',').map(str::trim) {
+        let hit = if let Ok(i) = item.parse::<usize>() {
+            (i < n).then_some(i)
+        } else if item.len() > 4 && item[..4].eq_ignore_ascii_case("GPU-") {
+            let m: Vec<usize> = (0..n)
+                .filter(|d| {
+                    Machine::device_uuid_string(*d)
+                        .to_ascii_lowercase()
+                        .starts_with(&item.to_ascii_lowercase())
+                })
+                .collect();
+            (m.len() == 1).then(|| m[0])
+        } else {
+            None
+        };
+        match hit {
+            Some(d) if !out.contains(&d) => out.push(d),
+            _ => break,
+        }
+    }
+    out
+}
+
 /// Zeroed, page-aligned host memory the application may use freely; a
 /// raw mapping because C code writes it behind our back.
 fn anon(size: u64) -> R<memmap2::MmapRaw> {
@@ -1428,6 +1485,34 @@ fn time_kv<'a>(kvs: impl Iterator<Item = &'a str>) -> Option<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_visible_devices() {
+        assert_eq!(visible_devices(None, 3), vec![0, 1, 2]);
+        assert_eq!(visible_devices(Some("1"), 3), vec![1]);
+        assert_eq!(visible_devices(Some("1,0"), 3), vec![1, 0]);
+        assert_eq!(
+            visible_devices(Some("2,7,0"), 3),
+            vec![2],
+            "stops at the invalid entry"
+        );
+        assert_eq!(
+            visible_devices(Some("1,1"), 3),
+            vec![1],
+            "stops at a repeat"
+        );
+        assert_eq!(visible_devices(Some(""), 3), Vec::<usize>::new());
+        assert_eq!(visible_devices(Some("-1"), 3), Vec::<usize>::new());
+        let u2 = Machine::device_uuid_string(2);
+        assert_eq!(visible_devices(Some(&format!("{u2},0")), 3), vec![2, 0]);
+        assert_eq!(
+            visible_devices(Some(&u2[..10].to_uppercase()), 3),
+            vec![2],
+            "unique prefix"
+        );
+        assert_eq!(visible_devices(Some("GPU-"), 3), Vec::<usize>::new());
+        assert_eq!(visible_devices(Some("MIG-1"), 3), Vec::<usize>::new());
+    }
 
     #[test]
     fn images() {

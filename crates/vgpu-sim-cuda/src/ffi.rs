@@ -534,12 +534,12 @@ cu! {
         if dev.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let d = drv()?.device(ordinal)?;
+        drv()?.device(ordinal)?;
         // SAFETY: non-null out-pointer from the caller.
-        unsafe { out(dev, d as CUdevice) }
+        unsafe { out(dev, ordinal as CUdevice) }
     }
     fn cuDeviceGetCount(n: *mut c_int) {
-        let c = drv()?.m.device_count() as c_int;
+        let c = drv()?.device_count() as c_int;
         // SAFETY: out-pointer from the caller; null is rejected.
         unsafe { out(n, c) }
     }
@@ -714,9 +714,10 @@ cu! {
         if dev.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let (_, d) = drv()?.ctx()?;
+        let drv = drv()?;
+        let (_, d) = drv.ctx()?;
         // SAFETY: non-null out-pointer from the caller.
-        unsafe { out(dev, d as CUdevice) }
+        unsafe { out(dev, drv.ordinal(d) as CUdevice) }
     }
     fn cuCtxGetFlags(flags: *mut c_uint) {
         if flags.is_null() {

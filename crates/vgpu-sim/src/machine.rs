@@ -123,9 +123,18 @@ impl Machine {
 
     /// Stable per-device UUID bytes (derived from the index).
     pub fn device_uuid(dev: usize) -> [u8; 16] {
-        let mut u = *b"vgpu-sim-uuid\0\0\0";
-        u[14] = (dev >> 8) as u8;
-        u[15] = dev as u8;
+        // splitmix64 of the index: stable, and distinct from the first
+        // digits on, so short UUID prefixes (CUDA_VISIBLE_DEVICES=GPU-1a2b)
+        // pick one device as on real hardware.
+        let mix = |mut z: u64| {
+            z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let mut u = [0u8; 16];
+        u[..8].copy_from_slice(&mix(0x7667_7075_0000_0000 | dev as u64).to_be_bytes());
+        u[8..].copy_from_slice(&mix(0x7369_6d00_0000_0000 | dev as u64).to_be_bytes());
         // RFC 4122 version/variant bits, so it prints like a real GPU UUID.
         u[6] = (u[6] & 0x0f) | 0x40;
         u[8] = (u[8] & 0x3f) | 0x80;

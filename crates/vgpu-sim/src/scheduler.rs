@@ -135,8 +135,14 @@ impl Scheduler {
         let ts = self.state.header().timeslice_ns.max(1_000);
         let mut next = now + 100_000_000;
         for dev in 0..self.runs.len() {
-            // Transitions until the device is waiting on the future.
-            for _ in 0..1024 {
+            // Transitions until the device is waiting on the future (a
+            // bounded batch; after a very late wake-up the rest is caught
+            // up at once on the next pass).
+            for round in 0..1024 {
+                if round == 1023 {
+                    next = now;
+                    break;
+                }
                 if let Some(run) = self.runs[dev] {
                     if !self.valid(&run) {
                         // Its process died: the device is free from now.
@@ -146,6 +152,26 @@ impl Scheduler {
                     }
                     let end = run.slice_start + run.remaining;
                     let slice_end = run.owner_since + ts;
+                    // Preemption first: after a late wake-up the kernel may
+                    // look finished although its slice ended before.
+                    if slice_end <= now && slice_end < end {
+                        if let Some(other) = self.pick(dev, Some(run.rec)) {
+                            let cut = slice_end.max(other.launch).min(now);
+                            if cut < end {
+                                if cut > run.slice_start {
+                                    self.state.record_kernel(dev, run.pid, run.slice_start, cut);
+                                }
+                                self.left.insert(
+                                    (run.rec, run.generation, run.seq),
+                                    run.remaining - (cut - run.slice_start),
+                                );
+                                self.runs[dev] = None;
+                                self.free_at[dev] = cut;
+                                self.cursor[dev] = run.rec;
+                                continue;
+                            }
+                        }
+                    }
                     if end <= now {
                         self.complete(dev, &run, end);
                         self.runs[dev] = None;
@@ -172,24 +198,6 @@ impl Scheduler {
                             }
                         }
                         continue;
-                    }
-                    if slice_end <= now {
-                        if let Some(other) = self.pick(dev, Some(run.rec)) {
-                            let cut = slice_end.max(other.launch).min(now);
-                            if cut < end {
-                                if cut > run.slice_start {
-                                    self.state.record_kernel(dev, run.pid, run.slice_start, cut);
-                                }
-                                self.left.insert(
-                                    (run.rec, run.generation, run.seq),
-                                    run.remaining - (cut - run.slice_start),
-                                );
-                                self.runs[dev] = None;
-                                self.free_at[dev] = cut;
-                                self.cursor[dev] = run.rec;
-                                continue;
-                            }
-                        }
                     }
                     next = next
                         .min(end)
@@ -319,6 +327,9 @@ mod tests {
         for _ in 0..4 {
             enqueue(&st, 1, 5_000_000, t0);
         }
+        // The scheduler starts late: the first 30 ms must be back-dated,
+        // slice by slice, exactly as if it had been awake.
+        std::thread::sleep(std::time::Duration::from_millis(30));
         let stop = Arc::new(AtomicBool::new(false));
         let th = {
             let (p, s) = (path.clone(), stop.clone());

@@ -715,3 +715,50 @@ fn synchronize_fails_instead_of_hanging_when_the_daemon_is_gone() {
     );
     assert!(!p.finish().success());
 }
+
+#[test]
+fn cuda_visible_devices_maps_ordinals_to_physical_devices() {
+    let sim = SimHandle::start(SimOptions::default().devices(2)).expect("sim");
+    let out = Command::new(PROBE)
+        .args([
+            "init",
+            "retain",
+            "0",
+            "alloc",
+            "128",
+            "nvml-procs",
+            "0",
+            "nvml-procs",
+            "1",
+        ])
+        .envs(sim.env())
+        .env("CUDA_VISIBLE_DEVICES", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // CUDA's device 0 is the machine's device 1; NVML ignores the variable.
+    let lines: Vec<&str> = text.lines().collect();
+    let snap0 = lines
+        .iter()
+        .position(|l| l.starts_with("snapshot_us"))
+        .unwrap();
+    assert!(
+        !lines[..snap0].iter().any(|l| l.starts_with("proc ")),
+        "nothing on NVML device 0: {text}"
+    );
+    assert!(
+        lines[snap0..]
+            .iter()
+            .any(|l| l.starts_with("proc ") && l.ends_with(&(128 * MIB).to_string())),
+        "128 MiB on NVML device 1: {text}"
+    );
+    // Hiding every device: cuInit reports no device.
+    let out = Command::new(PROBE)
+        .arg("init")
+        .envs(sim.env())
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CUDA_ERROR_NO_DEVICE"));
+}
