@@ -683,7 +683,11 @@ impl Driver {
     // ---- pools ----
 
     pub fn default_pool(&self, dev: i32) -> R<u64> {
-        let dev = self.device(dev)?;
+        self.default_pool_of(self.device(dev)?)
+    }
+
+    /// Default pool of the machine's device `dev` (not a CUDA ordinal).
+    fn default_pool_of(&self, dev: usize) -> R<u64> {
         let mut g = self.lock();
         if let Some(p) = g.default_pools.get(&dev) {
             return Ok(*p);
@@ -703,11 +707,14 @@ impl Driver {
     /// The device's current pool (`cuDeviceGetMemPool`): the default one
     /// unless `cuDeviceSetMemPool` chose another.
     pub fn current_pool(&self, dev: i32) -> R<u64> {
-        let d = self.device(dev)?;
+        self.current_pool_of(self.device(dev)?)
+    }
+
+    fn current_pool_of(&self, d: usize) -> R<u64> {
         if let Some(p) = self.lock().current_pools.get(&d) {
             return Ok(*p);
         }
-        self.default_pool(dev)
+        self.default_pool_of(d)
     }
 
     pub fn set_current_pool(&self, dev: i32, pool: u64) -> R {
@@ -788,7 +795,7 @@ impl Driver {
         let (ctx, sdev) = self.stream_ctx(stream)?;
         let pool = match pool {
             Some(p) => p,
-            None => self.current_pool(sdev as i32)?,
+            None => self.current_pool_of(sdev)?,
         };
         let dev = self
             .lock()
