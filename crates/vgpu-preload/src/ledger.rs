@@ -198,3 +198,33 @@ pub use vgpu_region::Phase as RegionPhase;
 pub const DATA: MemKind = MemKind::Data;
 pub const CONTEXT: MemKind = MemKind::Context;
 pub const MODULE: MemKind = MemKind::Module;
+
+/// A read-only look at a region, for processes that only ask NVML
+/// (nvidia-smi, monitors): limits and usage without claiming a slot.
+pub struct View {
+    region: Region,
+}
+
+impl View {
+    pub fn open(path: &Path) -> Result<View, LedgerError> {
+        let region = Region::open_read_only(path).map_err(|source| LedgerError::Open {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(View { region })
+    }
+
+    pub fn mem_limit(&self, dev: u32) -> u64 {
+        if dev >= self.region.device_count() {
+            return 0;
+        }
+        self.region.limits(dev).mem
+    }
+
+    pub fn used(&self, dev: u32) -> u64 {
+        if dev >= self.region.device_count() {
+            return 0;
+        }
+        self.region.device_used(dev)
+    }
+}

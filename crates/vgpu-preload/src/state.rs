@@ -190,13 +190,26 @@ fn build(may_init: bool) -> Option<Proc> {
     r
 }
 
-fn build_inner(may_init: bool) -> Option<Proc> {
+/// Reads the environment, logging its problems once per process.
+fn read_config() -> Config {
     let cfg = Config::from_env();
     if !CONFIG_LOGGED.swap(true, Ordering::Relaxed) {
         for p in &cfg.problems {
             crate::warn!("{p}");
         }
     }
+    cfg
+}
+
+/// The configuration of a process that has not attached (NVML only),
+/// read once.
+pub fn config_once() -> &'static Config {
+    static CFG: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+    CFG.get_or_init(read_config)
+}
+
+fn build_inner(may_init: bool) -> Option<Proc> {
+    let cfg = read_config();
     let exists = cfg.cache.exists();
     let want_region = exists || cfg.any_limit() || cfg.cache_source == CacheSource::Env;
     let mut ledger = None;

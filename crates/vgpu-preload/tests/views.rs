@@ -409,3 +409,62 @@ fn a_panic_inside_a_hook_never_unwinds_into_c() {
     );
     assert_eq!(num(&facts(&out), "cuda.count"), 1);
 }
+
+#[test]
+fn nvml_only_processes_see_the_region_without_claiming_a_slot() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let r = region_at(&cache, &[2 * GIB]);
+    let e = env(&s, Some(&cache), &[("LIBVGPU_CONTEXT_MEMORY", "0")]);
+    // A CUDA process holds 1.5 GiB of the budget.
+    let mut holder = command(
+        &c_program("limits"),
+        &["grab", &(512 * MIB).to_string()],
+        &e,
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    holder.stdin.as_mut().unwrap().write_all(b"g").unwrap();
+    let mut hl = BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert_eq!(
+        hl.by_ref()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("grabbed="))
+            .unwrap(),
+        format!("grabbed={}", 2 * GIB)
+    );
+    // An NVML-only process (like nvidia-smi) in the same container.
+    let mut mon = command(&c_program("limits"), &["nvml", "1"], &e)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut f = std::collections::BTreeMap::new();
+    for l in BufReader::new(mon.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if l == "holding=1" {
+            break;
+        }
+        if let Some((k, v)) = l.split_once('=') {
+            f.insert(k.to_string(), v.to_string());
+        }
+    }
+    assert_eq!(num(&f, "nvml.0.total"), 2 * GIB, "{f:?}");
+    assert_eq!(
+        num(&f, "nvml.0.used"),
+        2 * GIB,
+        "the container's usage: {f:?}"
+    );
+    assert_eq!(r.live_slots(), 1, "only the CUDA process holds a slot");
+    drop(mon.stdin.take());
+    mon.wait().unwrap();
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+}

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use vgpu_cuda_abi::*;
 
 use crate::hooks::{self, Lib};
-use crate::{aux, config::Config, state, sys, visible};
+use crate::ledger::View;
+use crate::{aux, state, sys, visible};
 
 /// Physical NVML devices in CUDA ordinal order, once NVML is initialized.
 static MAP: Mutex<Option<Vec<(u32, usize)>>> = Mutex::new(None);
@@ -67,12 +68,26 @@ fn ordinal_of(dev: nvmlDevice_t) -> Option<u32> {
 
 /// (limit, container usage) for CUDA ordinal `ord`; limit 0 = none.
 fn budget(ord: u32) -> (u64, u64) {
-    if let Some(p) = state::attached().or_else(|| state::attach(false)) {
+    if let Some(p) = state::attached() {
         return (p.mem_limit(ord), p.used(ord));
     }
-    // The region does not exist yet (it is created at the first cuInit):
-    // the environment's limit with nothing in use.
-    (Config::from_env().mem_limit(ord), 0)
+    // A process that only asks NVML (nvidia-smi, a monitor) reads the
+    // region without claiming a slot; before the region exists (it is
+    // created at the first cuInit) the environment's limit applies with
+    // nothing in use.
+    static VIEW: Mutex<Option<&'static View>> = Mutex::new(None);
+    let cfg = state::config_once();
+    let mut v = VIEW.lock().unwrap_or_else(|e| e.into_inner());
+    if v.is_none() && cfg.cache.exists() {
+        match View::open(&cfg.cache) {
+            Ok(view) => *v = Some(Box::leak(Box::new(view))),
+            Err(e) => crate::debug!("NVML view without the region: {e}"),
+        }
+    }
+    match *v {
+        Some(view) => (view.mem_limit(ord), view.used(ord)),
+        None => (cfg.mem_limit(ord), 0),
+    }
 }
 
 fn count_hook(out: *mut c_uint, r: nvmlReturn_t) -> nvmlReturn_t {

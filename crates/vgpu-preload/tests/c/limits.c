@@ -10,6 +10,8 @@
  *                          refused, print the total, hold until stdin EOF
  *   limits fork CHUNK      allocate, fork; the child allocates on its own
  *   limits view            cuMemGetInfo/cuDeviceTotalMem per device, NVML view
+ *   limits nvml [HOLD]     the NVML view only (no CUDA call); HOLD=1 waits
+ *                          for stdin EOF before exiting
  *   limits threads LIMIT   8 threads allocate and free concurrently; the
  *                          ledger never passes the limit and ends at zero
  *
@@ -466,6 +468,8 @@ static void threads(size_t limit) {
     CHECK(used_now() == base, "everything released (%zu left)", used_now() - base);
 }
 
+static void nvml_view(void);
+
 static void view(void) {
     int n = 0;
     cuDeviceGetCount(&n);
@@ -487,6 +491,10 @@ static void view(void) {
         cuMemGetInfo(&f, &tt);
         printf("cuda.%d.total_mem=%zu\ncuda.%d.info_total=%zu\ncuda.%d.info_free=%zu\n", i, t, i, tt, i, f);
     }
+    nvml_view();
+}
+
+static void nvml_view(void) {
     if (nvmlInit_v2() != NVML_SUCCESS) {
         printf("nvml.error=init\n");
         return;
@@ -523,6 +531,17 @@ int main(int argc, char **argv) {
     *(void **)&pGetProc = dlsym(g_cuda, "cuGetProcAddress_v2");
     if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "libvgpu"))
         CHECK(is_ours((void *)pGetProc), "dlsym(cuGetProcAddress_v2) is the hook (%s)", obj_of((void *)pGetProc));
+    if (!strcmp(argv[1], "nvml")) {
+        /* NVML only, as nvidia-smi or a monitor: no CUDA call at all. */
+        nvml_view();
+        if (arg) {
+            printf("holding=1\n");
+            char c;
+            while (read(0, &c, 1) > 0) {
+            }
+        }
+        return finish();
+    }
     if (!OK_CU(cuInit, 0))
         return finish();
     if (!strcmp(argv[1], "view")) {
