@@ -8,6 +8,7 @@
 //! retain D | release D      primary context of device D (retain makes it current)
 //! ctx D                     cuCtxCreate_v2 on device D
 //! alloc MIB                 cuMemAlloc_v2 (prints `alloc ok` / `alloc err CODE`)
+//! alloc-async MIB           cuMemAllocAsync on the legacy stream (same output)
 //! launch BLOCK_US GRID MS   back-to-back launches for MS ms, then synchronize
 //! pid                       print `pid <getpid()>` (the pid in this namespace)
 //! ready                     print `ready`
@@ -105,6 +106,14 @@ mod ffi {
             let mut p: CUdeviceptr = 0;
             // SAFETY: out-pointer to a local; signature per cuda.h.
             Ok(unsafe { f(&mut p, bytes) })
+        }
+
+        pub fn alloc_async(&self, bytes: usize) -> Res<CUresult> {
+            type F = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
+            let f = self.sym::<F>(b"cuMemAllocAsync")?;
+            let mut p: CUdeviceptr = 0;
+            // SAFETY: out-pointer to a local; the legacy stream; per cuda.h.
+            Ok(unsafe { f(&mut p, bytes, CUstream::NULL) })
         }
 
         /// Launch back-to-back for `ms`; returns the launch count.
@@ -339,6 +348,15 @@ fn run() -> Result<(), String> {
             "alloc" => {
                 let mib: usize = num(args.next(), "alloc MIB")?;
                 let r = cuda.as_ref().ok_or("init first")?.alloc(mib << 20)?;
+                if r.is_success() {
+                    println!("alloc ok");
+                } else {
+                    println!("alloc err {}", r.0);
+                }
+            }
+            "alloc-async" => {
+                let mib: usize = num(args.next(), "alloc-async MIB")?;
+                let r = cuda.as_ref().ok_or("init first")?.alloc_async(mib << 20)?;
                 if r.is_success() {
                     println!("alloc ok");
                 } else {
