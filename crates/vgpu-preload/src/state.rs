@@ -376,9 +376,23 @@ pub fn cu_init(real: crate::hooks::cuda::cuInit::Fn, flags: std::ffi::c_uint) ->
     // after the real cuInit (its phase stamps then follow RealInitExit).
     let p = early.or_else(|| attach(true));
     if let Some(p) = p {
-        if r.is_success() && p.ndev.load(Ordering::Relaxed) == 0 {
-            if let Some(n) = aux::cuda().and_then(|a| a.device_count()) {
-                p.ndev.store(n, Ordering::Relaxed);
+        // The driver's count decides whether allocations must ask for the
+        // current device (the region's count was only provisional).
+        if let Some(n) = r
+            .is_success()
+            .then(|| aux::cuda().and_then(|a| a.device_count()))
+            .flatten()
+        {
+            p.ndev.store(n, Ordering::Relaxed);
+            if let Some(l) = &p.ledger {
+                if l.device_count() < n {
+                    crate::warn!(
+                        "region {} describes {} device(s) but the driver shows {n}; devices {}.. are not limited",
+                        l.path,
+                        l.device_count(),
+                        l.device_count()
+                    );
+                }
             }
         }
     }

@@ -323,3 +323,24 @@ fn non_cuda_programs_are_untouched() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "[1]\n");
 }
+
+#[test]
+fn allocations_are_charged_to_the_current_contexts_device() {
+    let s = sim(2);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let env = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let out = run(
+        &c_program("limits"),
+        &["twodev", &(64 * MIB).to_string()],
+        &env,
+    );
+    assert_passed(&out);
+}

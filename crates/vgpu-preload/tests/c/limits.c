@@ -468,6 +468,31 @@ static void threads(size_t limit) {
     CHECK(used_now() == base, "everything released (%zu left)", used_now() - base);
 }
 
+/* Two devices: an allocation made while device 1's context is current is
+ * charged to device 1, not 0. */
+static void twodev(size_t chunk) {
+    CUcontext c0 = NULL, c1 = NULL;
+    CUdevice d1;
+    CUdeviceptr p;
+    OK_CU(cuDeviceGet, &d1, 1);
+    OK_CU(cuCtxGetCurrent, &c0);
+    OK_CU(cuDevicePrimaryCtxRetain, &c1, d1);
+    OK_CU(cuCtxSetCurrent, c1);
+    size_t base1 = used_now();
+    cuCtxSetCurrent(c0);
+    size_t base0 = used_now();
+    cuCtxSetCurrent(c1);
+    OK_CU(cuMemAlloc, &p, chunk);
+    CHECK(used_now() - base1 == chunk, "device 1 charged %zu", used_now() - base1);
+    cuCtxSetCurrent(c0);
+    CHECK(used_now() == base0, "device 0 untouched (%zu)", used_now() - base0);
+    cuCtxSetCurrent(c1);
+    OK_CU(cuMemFree, p);
+    CHECK(used_now() == base1, "device 1 released");
+    cuCtxSetCurrent(c0);
+    cuDevicePrimaryCtxRelease(d1);
+}
+
 static void nvml_view(void);
 
 static void view(void) {
@@ -559,6 +584,8 @@ int main(int argc, char **argv) {
         fill(arg);
     else if (!strcmp(argv[1], "grab"))
         grab(arg);
+    else if (!strcmp(argv[1], "twodev"))
+        twodev(arg);
     else if (!strcmp(argv[1], "threads"))
         threads(arg);
     else if (!strcmp(argv[1], "fork"))
