@@ -36,6 +36,18 @@ pub enum Error {
     Sim(#[source] vgpu_sim::SimError),
 }
 
+/// An error and its sources, one line (for test failure messages).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// The repository root (this crate lives in `crates/vgpu-conformance`).
 pub fn repo_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));

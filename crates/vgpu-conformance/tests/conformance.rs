@@ -2,7 +2,7 @@
 //! on a private simulated machine each.
 use std::path::{Path, PathBuf};
 
-use vgpu_conformance::{build, cudart_requests, procaddress_map, run, Report};
+use vgpu_conformance::{build, cudart_requests, error_chain, procaddress_map, run, Report};
 use vgpu_sim::{SimConfig, SimHandle, SimOptions};
 
 fn out_dir() -> PathBuf {
@@ -10,11 +10,11 @@ fn out_dir() -> PathBuf {
 }
 
 fn sim(opts: SimOptions) -> SimHandle {
-    SimHandle::start(opts).unwrap_or_else(|e| panic!("start sim: {e} ({e:?})"))
+    SimHandle::start(opts).unwrap_or_else(|e| panic!("start sim: {}", error_chain(&e)))
 }
 
 fn program(name: &str) -> PathBuf {
-    build(name, &out_dir()).unwrap_or_else(|e| panic!("build {name}: {e}"))
+    build(name, &out_dir()).unwrap_or_else(|e| panic!("build {name}: {}", error_chain(&e)))
 }
 
 /// The default profile's shape, for the programs' optional expectations.

@@ -249,7 +249,8 @@ fn rust_side() -> Vec<(String, i64)> {
 #[test]
 fn vgpu_cuda_abi_matches_nvidia_headers() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("conformance");
-    let exe = vgpu_conformance::build_with("layout", &dir, false).unwrap_or_else(|e| panic!("{e}"));
+    let exe = vgpu_conformance::build_with("layout", &dir, false)
+        .unwrap_or_else(|e| panic!("{}", vgpu_conformance::error_chain(&e)));
     let out = std::process::Command::new(&exe).output().unwrap();
     assert!(out.status.success());
     let c: BTreeMap<String, i64> = String::from_utf8(out.stdout)
