@@ -210,14 +210,16 @@ static void test_processes(nvmlDevice_t h, int expect_present, unsigned long lon
     unsigned pid = (unsigned)getpid();
     const char *what = expect_present ? "with a context" : "without a context";
     unsigned n = 0;
+    /* The size query: SUCCESS with 0 when the list is empty, else
+     * INSUFFICIENT_SIZE with the count (others may use a real GPU). */
     nvmlReturn_t r = NV(nvmlDeviceGetComputeRunningProcesses_v3, h, &n, NULL);
     if (expect_present)
         CHECK(r == NVML_ERROR_INSUFFICIENT_SIZE && n >= 1,
               "process list %s: size query says INSUFFICIENT_SIZE, count %u (got %s)", what, n,
               nvml_name(r));
     else
-        CHECK(r == NVML_SUCCESS && n == 0, "process list %s: empty (got %s, count %u)", what,
-              nvml_name(r), n);
+        CHECK((r == NVML_SUCCESS && n == 0) || (r == NVML_ERROR_INSUFFICIENT_SIZE && n >= 1),
+              "process list %s: size query %s, count %u", what, nvml_name(r), n);
 
     nvmlProcessInfo_t v3[64];
     n = 64;

@@ -372,8 +372,11 @@ static int demo(void) {
     printf("\nThis process (pid %d) observes through NVML and holds no context.\n",
            (int)getpid());
     struct proc p[64];
-    int n = processes(p, 64);
-    CHECK(n == 0, "no compute processes before the workers start (%d)", n);
+    /* Others may use a real GPU: count from what is there before. */
+    int n0 = processes(p, 64);
+    if (!CHECK(n0 >= 0, "NVML process list readable (%d before the workers start)", n0))
+        return finish();
+    int n;
     unsigned long long used0 = 0;
     nvmlDevice_t h;
     nvmlMemory_t m;
@@ -400,7 +403,7 @@ static int demo(void) {
     n = processes(p, 64);
     const struct proc *pa = find(p, n, (unsigned)a.hostpid);
     const struct proc *pb = find(p, n, (unsigned)b.hostpid);
-    CHECK(n == 2, "NVML lists exactly the two workers (%d)", n);
+    CHECK(n == n0 + 2, "NVML lists the two workers (%d entries, %d before)", n, n0);
     CHECK(pa && pa->mem >= mib_a * MiB, "worker A listed under host pid %d with >= %llu MiB",
           (int)a.hostpid, mib_a);
     CHECK(pb && pb->mem >= mib_b * MiB, "worker B listed under host pid %d with >= %llu MiB",
@@ -412,7 +415,7 @@ static int demo(void) {
     CHECK(kill(b.hostpid, SIGKILL) == 0, "SIGKILL delivered");
     reap(&b);
     CHECK(wait_gone((unsigned)b.hostpid, p, &n), "worker B's entry is gone from NVML");
-    CHECK(n == 1 && find(p, n, (unsigned)a.hostpid), "worker A is still listed");
+    CHECK(n == n0 + 1 && find(p, n, (unsigned)a.hostpid), "worker A is still listed");
     unsigned long long used1 = 0;
     if (!NV(nvmlDeviceGetMemoryInfo, h, &m))
         used1 = m.used;
@@ -424,7 +427,7 @@ static int demo(void) {
 
     int st = reap(&a);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker A exits cleanly when told");
-    CHECK(wait_gone((unsigned)a.hostpid, p, &n) && n == 0, "no compute processes after both");
+    CHECK(wait_gone((unsigned)a.hostpid, p, &n) && n == n0, "both workers gone from NVML");
     NV(nvmlShutdown);
     return finish();
 }
