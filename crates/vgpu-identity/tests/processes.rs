@@ -99,6 +99,48 @@ impl ProbeDriver for FileNode {
     }
 }
 
+/// The probe's driver over the simulated GPU machine: the process list is
+/// the sim's (host PIDs, as its daemon learns them by `SO_PEERCRED`), a
+/// retain pays the sim's cold-retain cost and counts a context.
+struct SimDriver {
+    m: vgpu_sim::machine::Machine,
+    hold_forever: Option<PathBuf>,
+}
+
+impl ProbeDriver for SimDriver {
+    fn nvml_pids(&mut self, dev: u32) -> Result<Vec<u32>, DriverError> {
+        Ok(self
+            .m
+            .compute_processes(dev as usize)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect())
+    }
+
+    fn retain_primary(&mut self, dev: u32) -> Result<(), DriverError> {
+        self.m
+            .context_creation(dev as usize, vgpu_sim::machine::CtxCost::PrimaryCold)
+            .map_err(|_| DriverError {
+                call: probe::DriverCall::RetainPrimary,
+                code: 1,
+            })?;
+        self.m.count_context(dev as usize, 1);
+        if let Some(marker) = &self.hold_forever {
+            // Tell the parent whom to kill (our host PID, as the sim knows).
+            let tmp = marker.with_extension("tmp");
+            std::fs::write(&tmp, self.m.host_pid.to_string()).unwrap();
+            std::fs::rename(&tmp, marker).unwrap();
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        Ok(())
+    }
+
+    fn release_primary(&mut self, dev: u32) -> Result<(), DriverError> {
+        self.m.count_context(dev as usize, -1);
+        Ok(())
+    }
+}
+
 #[test]
 fn child_entry() {
     let Ok(role) = std::env::var("VGPU_ID_CHILD") else {
@@ -203,6 +245,41 @@ fn child_entry() {
                 ("peercred_failures", s.peercred_failures.to_string()),
                 ("ok", s.ok.to_string()),
             ]);
+        }
+        "sim_probe" | "sim_probe_holder" => {
+            let m =
+                vgpu_sim::machine::Machine::connect_dir(&env_path("VGPU_ID_SIM"), true).unwrap();
+            let sim_host = m.host_pid;
+            let mut d = SimDriver {
+                m,
+                hold_forever: (role == "sim_probe_holder").then(|| env_path("VGPU_ID_MARKER")),
+            };
+            let opts = ProbeOptions {
+                lock_path: env_path("VGPU_ID_LOCK"),
+                total_budget: Duration::from_secs(60),
+                ..ProbeOptions::default()
+            };
+            if role == "sim_probe" {
+                // Start together: report ready, wait for the go.
+                let gate = env_path("VGPU_ID_GATE");
+                std::fs::write(gate.join(format!("ready-{sim_host}")), b"").unwrap();
+                let t0 = Instant::now();
+                while !gate.join("go").exists() && t0.elapsed() < Duration::from_secs(60) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            let r = probe::probe_host_pid(&mut d, &opts);
+            // Then the application goes on with its own context, which NVML
+            // lists from now on: a probe overlapping this one would see it
+            // appear.
+            d.m.count_context(0, 1);
+            result(&[
+                ("pid", format!("{:?}", r.result.as_ref().ok())),
+                ("sim_host", sim_host.to_string()),
+                ("inner", me.to_string()),
+                ("attempts", r.attempts.to_string()),
+            ]);
+            wait_stdin_eof();
         }
         "probe" | "probe_holder" => {
             let mut node = FileNode {
@@ -521,4 +598,117 @@ fn tier_chain_inside_a_pid_namespace() {
         "BROKER_MISSING,PROCFS_OWN_NAMESPACE,PROBE_NOT_AVAILABLE"
     );
     finish(child);
+}
+
+#[test]
+fn sim_probe_32_namespaced_workers_with_a_killed_lock_holder() {
+    assert!(
+        unshare_works(),
+        "unshare --pid --fork --mount-proc must work here (run as root)"
+    );
+    // A 5 ms primary retain that the sim does not serialize itself, so
+    // probes that overlapped would see each other's PIDs appear.
+    let mut config = vgpu_sim::SimConfig::with_profile("zero").unwrap();
+    config.cost.primary_retain_cold_ns = 5_000_000;
+    config.cost.serialize_context_creation = false;
+    let sim = vgpu_sim::SimHandle::start(vgpu_sim::SimOptions {
+        config,
+        link_libs: false,
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("vgpulock/hostpid.lock");
+    let marker = dir.path().join("holding");
+    let gate = dir.path().join("gate");
+    std::fs::create_dir(&gate).unwrap();
+    let with_env = |c: &mut Command| {
+        c.env("VGPU_ID_SIM", sim.dir())
+            .env("VGPU_ID_LOCK", &lock)
+            .env("VGPU_ID_MARKER", &marker)
+            .env("VGPU_ID_GATE", &gate);
+    };
+    let ns = ["unshare", "--pid", "--fork", "--mount-proc"];
+
+    // A worker takes the lock, retains, and hangs there.
+    let mut holder = child_cmd(&ns, "sim_probe_holder");
+    with_env(&mut holder);
+    let mut holder = holder.spawn().unwrap();
+    let t0 = Instant::now();
+    while !marker.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "holder never took the lock"
+        );
+        assert!(holder.try_wait().unwrap().is_none(), "holder died early");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // 32 workers, each pid 1 in its own namespace, queue on the lock.
+    let mut workers: Vec<Child> = (0..32)
+        .map(|_| {
+            let mut c = child_cmd(&ns, "sim_probe");
+            with_env(&mut c);
+            c.spawn().unwrap()
+        })
+        .collect();
+    // All 32 registered with the sim; release them at once onto the lock.
+    let t0 = Instant::now();
+    while std::fs::read_dir(&gate).unwrap().count() < 32 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "workers never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(gate.join("go"), b"").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    for w in workers.iter_mut() {
+        assert!(
+            w.try_wait().unwrap().is_none(),
+            "a worker exited while the lock was held"
+        );
+    }
+    // SIGKILL the holder itself, mid-probe with the lock held; the kernel
+    // drops the lock with its last descriptor. (Its `unshare` parent then
+    // exits on its own.)
+    let holder_pid: i32 = std::fs::read_to_string(&marker).unwrap().parse().unwrap();
+    let (ns_of_holder, _) = host_view(holder_pid as u32);
+    assert_eq!(
+        ns_of_holder,
+        vec![holder_pid as u32, 1],
+        "the marker names the namespaced holder"
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(holder_pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    holder.wait().unwrap();
+
+    let mut seen = std::collections::HashSet::new();
+    for mut w in workers.drain(..) {
+        let unshare_pid = w.id();
+        let r = read_result(&mut BufReader::new(w.stdout.take().unwrap()));
+        assert_eq!(r["inner"], "1");
+        let pid: u32 = r["pid"]
+            .strip_prefix("Some(")
+            .and_then(|s| s.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("worker under {unshare_pid} not identified: {r:?}"))
+            .parse()
+            .unwrap();
+        assert_eq!(
+            r["sim_host"],
+            pid.to_string(),
+            "the sim knows the same host PID"
+        );
+        let (nstgid, ppid) = host_view(pid);
+        assert_eq!(
+            ppid, unshare_pid,
+            "the probe named this worker, not another"
+        );
+        assert_eq!(nstgid, vec![pid, 1]);
+        assert!(seen.insert(pid));
+        finish(w);
+    }
+    assert_eq!(seen.len(), 32);
 }
