@@ -424,6 +424,25 @@ fn always_busy_ends_in_busy_not_a_hang() {
 }
 
 #[test]
+fn split_request_is_reassembled_by_a_handler() {
+    let dir = common::sock_dir();
+    let b = RunningBroker::at(dir.path());
+    let mut s = UnixStream::connect(&b.path).unwrap();
+    let req = codec::encode_request(codec::Request::GET_PID);
+    s.write_all(&req[..3]).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.write_all(&req[3..]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = vec![];
+    s.read_to_end(&mut out).unwrap();
+    assert_eq!(
+        codec::decode_response(&out),
+        Ok(Response::ok(std::process::id()))
+    );
+    assert_eq!(b.metrics.snapshot().ok, 1);
+}
+
+#[test]
 fn silent_client_is_cut_at_the_deadline() {
     let dir = common::sock_dir();
     let b = RunningBroker::start(BrokerConfig {
