@@ -404,7 +404,7 @@ fn namespaced_worker_gets_its_host_pid_from_the_broker() {
     );
     assert_eq!(ns, vec![pid, inner]);
     finish(child);
-    assert_eq!(b.metrics.snapshot().ok, 1);
+    common::eventually("ok == 1", || b.metrics.snapshot().ok == 1);
 }
 
 #[test]

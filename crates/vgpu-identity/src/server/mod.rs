@@ -610,12 +610,14 @@ fn answer(c: &mut Conn, m: &Metrics, deadline: Instant) {
             Response::error(e.status())
         }
     };
-    match client::write_full(&c.fd, &codec::encode_response(resp), deadline) {
-        Ok(()) => {
-            if resp.status == Status::OK {
-                m.ok.inc();
-            }
+    let written = client::write_full(&c.fd, &codec::encode_response(resp), deadline);
+    // The duration first, so whoever sees `ok` move also sees it.
+    m.duration.observe(c.start.elapsed().as_secs_f64());
+    match written {
+        Ok(()) if resp.status == Status::OK => {
+            m.ok.inc();
         }
+        Ok(()) => {}
         Err(BrokerError::Timeout { .. }) => {
             m.timeouts.inc();
         }
@@ -623,5 +625,4 @@ fn answer(c: &mut Conn, m: &Metrics, deadline: Instant) {
             m.io_errors.inc();
         }
     }
-    m.duration.observe(c.start.elapsed().as_secs_f64());
 }

@@ -164,3 +164,13 @@ pub fn raw_exchange(path: &Path, frame: &[u8], shutdown_write: bool) -> Vec<u8> 
     s.read_to_end(&mut out).unwrap();
     out
 }
+
+/// Waits (up to 10 s) until `f` holds: the server counts an answer after
+/// writing it, so a client can see the answer before the count moves.
+pub fn eventually(what: &str, f: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never true: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
