@@ -93,15 +93,31 @@ pub struct Alloc {
     pub kind: AllocKind,
 }
 
+/// A stream-ordered memory pool. `reserved` is what the device is charged
+/// for it; `busy` the part live allocations occupy (each rounded to the
+/// granularity); the rest is freed memory the pool keeps for reuse until a
+/// synchronization finds it above the release threshold, or a trim.
 #[derive(Clone, Debug, Default)]
 pub struct Pool {
     pub dev: usize,
+    /// Bytes of live allocations as requested (`USED_MEM_CURRENT`).
     pub used: u64,
     pub used_high: u64,
     pub reserved: u64,
     pub reserved_high: u64,
+    pub busy: u64,
     pub release_threshold: u64,
     pub reuse: [i32; 3],
+    /// `cuMemPoolDestroy` ran while allocations were still out: the handle
+    /// is dead, the pool goes once the last of them is freed.
+    pub destroyed: bool,
+}
+
+impl Pool {
+    /// Reserved memory no live allocation occupies.
+    pub fn unused(&self) -> u64 {
+        self.reserved.saturating_sub(self.busy)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -410,6 +426,8 @@ impl Driver {
                 self.m.unreserve(dev, size);
             }
         }
+        // Destroying a context synchronizes it.
+        self.release_pools_locked(g);
         g.streams.retain(|_, s| s.ctx != ctx);
         self.m.count_context(c.dev, -1);
         // Other threads may still name it; their calls fail as invalid.
@@ -540,6 +558,7 @@ impl Driver {
         let (c, _) = self.ctx()?;
         let seq = self.lock().ctxs.get(&c).map(|c| c.last_seq).unwrap_or(0);
         self.m.wait(seq).map_err(machine_err)?;
+        self.release_pools();
         Ok(())
     }
 
@@ -595,17 +614,52 @@ impl Driver {
         Ok(p as u64)
     }
 
+    /// Returns an allocation's memory: to the device, or to its pool (which
+    /// keeps it reserved until released).
     fn free_alloc(&self, g: &mut Inner, a: &Alloc) {
-        self.m.unreserve(a.dev, a.charged);
-        match &a.kind {
-            AllocKind::Device => {}
-            AllocKind::Managed(_) => {}
-            AllocKind::Pool(pool) => {
-                if let Some(p) = g.pools.get_mut(pool) {
-                    p.used = p.used.saturating_sub(a.size);
-                    p.reserved = p.reserved.saturating_sub(a.charged);
-                }
+        let AllocKind::Pool(pool) = &a.kind else {
+            // Managed memory is unmapped as the last `Arc` drops.
+            self.m.unreserve(a.dev, a.charged);
+            return;
+        };
+        let Some(p) = g.pools.get_mut(pool) else {
+            self.m.unreserve(a.dev, a.charged);
+            return;
+        };
+        p.used = p.used.saturating_sub(a.size);
+        p.busy = p.busy.saturating_sub(a.charged);
+        if p.destroyed {
+            // A destroyed pool keeps only what live allocations occupy.
+            let rel = p.unused();
+            p.reserved -= rel;
+            self.m.unreserve(p.dev, rel);
+            if p.busy == 0 {
+                g.pools.remove(pool);
             }
+        }
+    }
+
+    /// Gives back a pool's unused memory until at most `keep` bytes stay
+    /// reserved (or nothing unused is left).
+    fn shrink_pool(&self, p: &mut Pool, keep: u64) {
+        let rel = p.unused().min(p.reserved.saturating_sub(keep));
+        if rel > 0 {
+            p.reserved -= rel;
+            self.m.unreserve(p.dev, rel);
+        }
+    }
+
+    /// What a stream, event or context synchronization does to pools
+    /// (cuda.h, `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`): each pool holding more
+    /// than its release threshold gives the unused excess back.
+    pub fn release_pools(&self) {
+        self.release_pools_locked(&mut self.lock());
+    }
+
+    fn release_pools_locked(&self, g: &mut Inner) {
+        for p in g.pools.values_mut() {
+            let keep = p.release_threshold;
+            self.shrink_pool(p, keep);
         }
     }
 
@@ -619,7 +673,11 @@ impl Driver {
             .remove(&p)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         self.free_alloc(&mut g, &a);
-        // Managed memory is unmapped as `a` drops.
+        drop(g);
+        if matches!(a.kind, AllocKind::Pool(_)) {
+            // cuMemFree of a stream-ordered allocation synchronizes first.
+            self.release_pools();
+        }
         Ok(())
     }
 
@@ -721,7 +779,7 @@ impl Driver {
         let d = self.device(dev)?;
         let mut g = self.lock();
         match g.pools.get(&pool) {
-            Some(p) if p.dev == d => {
+            Some(p) if p.dev == d && !p.destroyed => {
                 g.current_pools.insert(d, pool);
                 Ok(())
             }
@@ -749,26 +807,47 @@ impl Driver {
         Ok(id)
     }
 
-    /// `cuMemPoolDestroy`: not the default pool. Allocations still out keep
-    /// their memory until freed, as on the real driver.
+    /// `cuMemPoolDestroy`: not the default pool. Its unused memory goes back
+    /// at once; allocations still out keep theirs until freed, and the pool
+    /// goes with the last of them (cuda.h).
     pub fn pool_destroy(&self, pool: u64) -> R {
         let mut g = self.lock();
-        if g.default_pools.values().any(|p| *p == pool) || !g.pools.contains_key(&pool) {
+        if g.default_pools.values().any(|p| *p == pool) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        g.pools.remove(&pool);
+        let p = g
+            .pools
+            .get_mut(&pool)
+            .filter(|p| !p.destroyed)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        self.shrink_pool(p, 0);
+        p.destroyed = true;
+        if p.busy == 0 {
+            g.pools.remove(&pool);
+        }
         g.current_pools.retain(|_, p| *p != pool);
         Ok(())
     }
 
-    /// `cuMemPoolTrimTo`: freed pool memory is returned at once here, so
-    /// there is never anything to trim.
-    pub fn pool_trim(&self, pool: u64) -> R {
-        if self.lock().pools.contains_key(&pool) {
-            Ok(())
-        } else {
-            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
-        }
+    /// `cuMemPoolTrimTo`: release unused memory until at most `keep` bytes
+    /// stay reserved.
+    pub fn pool_trim(&self, pool: u64, keep: u64) -> R {
+        let mut g = self.lock();
+        let p = g
+            .pools
+            .get_mut(&pool)
+            .filter(|p| !p.destroyed)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        self.shrink_pool(p, keep);
+        Ok(())
+    }
+
+    /// A live pool (not destroyed), for the attribute entry points.
+    pub fn pool_mut<'a>(g: &'a mut Inner, pool: u64) -> R<&'a mut Pool> {
+        g.pools
+            .get_mut(&pool)
+            .filter(|p| !p.destroyed)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
     }
 
     /// Stream handle -> (ctx, device), resolving the default streams.
@@ -788,6 +867,9 @@ impl Driver {
         Ok((s.ctx, c.dev))
     }
 
+    /// `cuMemAllocAsync`/`cuMemAllocFromPoolAsync`: reuse the pool's unused
+    /// memory first; the pool grows (and the device is charged) only by
+    /// what is missing.
     pub fn pool_alloc(&self, size: u64, pool: Option<u64>, stream: u64) -> R<u64> {
         if size == 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -797,30 +879,29 @@ impl Driver {
             Some(p) => p,
             None => self.current_pool_of(sdev)?,
         };
-        let dev = self
-            .lock()
-            .pools
-            .get(&pool)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?
-            .dev;
-        let charged = size.div_ceil(GRANULARITY) * GRANULARITY;
-        self.m.reserve(dev, charged).map_err(machine_err)?;
+        let charged = size
+            .checked_next_multiple_of(GRANULARITY)
+            .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         let mut g = self.lock();
+        let pl = Self::pool_mut(&mut g, pool)?;
+        let dev = pl.dev;
+        let grow = charged.saturating_sub(pl.unused());
+        // Under the lock: two threads must not both count on the same
+        // unused memory.
+        self.m.reserve(dev, grow).map_err(machine_err)?;
         let p = match g.va(size, 512, false) {
             Ok(p) => p,
             Err(e) => {
-                self.m.unreserve(dev, charged);
+                self.m.unreserve(dev, grow);
                 return Err(e);
             }
         };
-        let pl = g
-            .pools
-            .get_mut(&pool)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let pl = Self::pool_mut(&mut g, pool)?;
+        pl.reserved += grow;
+        pl.reserved_high = pl.reserved_high.max(pl.reserved);
+        pl.busy += charged;
         pl.used += size;
         pl.used_high = pl.used_high.max(pl.used);
-        pl.reserved += charged;
-        pl.reserved_high = pl.reserved_high.max(pl.reserved);
         g.allocs.insert(
             p,
             Alloc {
@@ -1185,6 +1266,7 @@ impl Driver {
         self.m
             .wait(self.resolve_seq(s, per_thread)?)
             .map_err(machine_err)?;
+        self.release_pools();
         Ok(())
     }
 
@@ -1250,6 +1332,7 @@ impl Driver {
         if let Some((seq, _)) = self.event_mark(e)? {
             self.m.wait(seq).map_err(machine_err)?;
         }
+        self.release_pools();
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use vgpu_cuda_abi::*;
 use vgpu_sim::log;
 
-use crate::driver::{self, drv, KernelNode, DRIVER_VERSION, R, T_ARRAY, T_MIPMAP};
+use crate::driver::{self, drv, Driver, KernelNode, DRIVER_VERSION, R, T_ARRAY, T_MIPMAP};
 
 fn run(name: &str, f: impl FnOnce() -> R) -> CUresult {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -616,7 +616,7 @@ cu! {
         unsafe { out(pool, CUmemoryPool(p(id))) }
     }
     fn cuMemPoolDestroy(pool: CUmemoryPool) { drv()?.pool_destroy(h(pool.0)) }
-    fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) { drv()?.pool_trim(h(pool.0)) }
+    fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) { drv()?.pool_trim(h(pool.0), keep as u64) }
 
     // ---- primary contexts ----
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
@@ -872,8 +872,8 @@ cu! {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let d = drv()?;
-        let g = d.lock();
-        let pl = g.pools.get(&h(pool.0)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let mut g = d.lock();
+        let pl = Driver::pool_mut(&mut g, h(pool.0))?;
         let v64 = match attr {
             CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
                 let v = pl.reuse[(attr - 1) as usize];
@@ -896,7 +896,7 @@ cu! {
         }
         let d = drv()?;
         let mut g = d.lock();
-        let pl = g.pools.get_mut(&h(pool.0)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let pl = Driver::pool_mut(&mut g, h(pool.0))?;
         match attr {
             CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
                 // SAFETY: `int` per cuda.h; non-null.
