@@ -843,7 +843,7 @@ impl Driver {
     }
 
     /// A live pool (not destroyed), for the attribute entry points.
-    pub fn pool_mut<'a>(g: &'a mut Inner, pool: u64) -> R<&'a mut Pool> {
+    pub fn pool_mut(g: &mut Inner, pool: u64) -> R<&mut Pool> {
         g.pools
             .get_mut(&pool)
             .filter(|p| !p.destroyed)
