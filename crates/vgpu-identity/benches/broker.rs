@@ -130,6 +130,37 @@ fn concurrent(path: &Path, clients: usize, rounds: usize, burst: bool) -> Run {
     all
 }
 
+/// Baseline: the same exchange with plain blocking std calls and no
+/// endpoint checks, to separate the client's own cost from the round trip.
+fn baseline(path: &Path, n: usize) -> Run {
+    use std::io::{Read, Write};
+    let me = std::process::id();
+    let req = vgpu_identity::codec::encode_request(vgpu_identity::codec::Request::GET_PID);
+    let mut run = Run::new();
+    let t = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = (|| -> std::io::Result<u32> {
+            let mut s = std::os::unix::net::UnixStream::connect(path)?;
+            s.write_all(&req)?;
+            let mut b = [0u8; 12];
+            s.read_exact(&mut b)?;
+            Ok(u32::from_be_bytes([b[8], b[9], b[10], b[11]]))
+        })();
+        let ns = t.elapsed().as_nanos() as u64;
+        match r {
+            Ok(pid) if pid == me => run.hist.record(ns.max(1)).unwrap(),
+            other => {
+                run.failures += 1;
+                run.first_failure
+                    .get_or_insert_with(|| format!("{other:?}"));
+            }
+        }
+    }
+    run.wall = t.elapsed();
+    run
+}
+
 fn missing(dir: &Path, n: usize) -> Run {
     let path = dir.join("absent.sock");
     let mut run = Run::new();
@@ -257,6 +288,10 @@ fn main() {
     println!(
         "{}",
         single(&sock, 20_000 / scale).line("1 client, sequential")
+    );
+    println!(
+        "{}",
+        baseline(&sock, 20_000 / scale).line("1 client, baseline: std calls, no checks")
     );
     println!(
         "{}",
