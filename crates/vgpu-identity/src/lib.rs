@@ -15,7 +15,7 @@
 //!    list), serialized node-wide by `flock`, over a [`probe::ProbeDriver`]
 //!    the interposer implements.
 //!
-//! [`resolve`] runs the tiers in order and returns a [`Telemetry`] record
+//! [`resolve()`] runs the tiers in order and returns a [`Telemetry`] record
 //! shaped for a shared-memory slot. Nothing here logs, spawns threads or
 //! keeps global state: the caller decides when identity runs (off the
 //! `cuInit` path) and what to log.
