@@ -764,3 +764,272 @@ fn cuda_visible_devices_maps_ordinals_to_physical_devices() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("CUDA_ERROR_NO_DEVICE"));
 }
+
+/// `key value` lines of a probe's output.
+fn facts(lines: &[String]) -> HashMap<String, String> {
+    lines
+        .iter()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// CUDA's and NVML's device lists of a probe run with `CUDA_VISIBLE_DEVICES`
+/// (unset when `None`).
+fn device_lists(sim: &SimHandle, visible: Option<&str>) -> (Vec<String>, Vec<String>) {
+    let mut cmd = Command::new(PROBE);
+    cmd.args(["init", "devices", "nvml-devices"])
+        .envs(sim.env());
+    match visible {
+        Some(v) => cmd.env("CUDA_VISIBLE_DEVICES", v),
+        None => cmd.env_remove("CUDA_VISIBLE_DEVICES"),
+    };
+    let out = cmd.output().expect("run probe");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "probe ({visible:?}) failed: {text}");
+    let f = facts(&text.lines().map(str::to_string).collect::<Vec<_>>());
+    let list = |side: &str| -> Vec<String> {
+        let n: usize = f[&format!("{side}.count")].parse().unwrap();
+        (0..n)
+            .map(|i| f[&format!("{side}.{i}.uuid")].clone())
+            .collect()
+    };
+    (list("cuda"), list("nvml"))
+}
+
+#[test]
+fn cuda_visible_devices_selects_and_orders_by_index_and_uuid_nvml_ignores_it() {
+    let sim = SimHandle::start(SimOptions::default().devices(2)).expect("sim");
+    let (cuda, nvml) = device_lists(&sim, None);
+    assert_eq!(cuda.len(), 2);
+    assert_eq!(cuda, nvml, "without the variable CUDA and NVML agree");
+    assert_ne!(cuda[0], cuda[1]);
+    let (u0, u1) = (cuda[0].clone(), cuda[1].clone());
+    // The shortest prefix of device 1's UUID that device 0's lacks.
+    let n = (5..=u1.len())
+        .find(|n| !u0.starts_with(&u1[..*n]))
+        .expect("UUIDs differ");
+    let prefix = &u1[..n];
+    for (visible, want) in [
+        ("1", vec![&u1]),
+        ("1,0", vec![&u1, &u0]),
+        ("0,1", vec![&u0, &u1]),
+        (u1.as_str(), vec![&u1]),
+        (&format!("{u1},0"), vec![&u1, &u0]),
+        (prefix, vec![&u1]),
+        // Enumeration stops at the first invalid entry.
+        ("0,7,1", vec![&u0]),
+        ("1,GPU-nonesuch,0", vec![&u1]),
+    ] {
+        let (c, nv) = device_lists(&sim, Some(visible));
+        assert_eq!(
+            c,
+            want.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            "CUDA_VISIBLE_DEVICES={visible}"
+        );
+        assert_eq!(nv, nvml, "NVML ignores CUDA_VISIBLE_DEVICES={visible}");
+    }
+    // A leading invalid entry (or an empty value) hides every device.
+    for visible in ["", "7", "GPU-nonesuch"] {
+        let out = Command::new(PROBE)
+            .arg("init")
+            .envs(sim.env())
+            .env("CUDA_VISIBLE_DEVICES", visible)
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("CUDA_ERROR_NO_DEVICE"),
+            "CUDA_VISIBLE_DEVICES={visible:?}"
+        );
+    }
+}
+
+/// `pool reserved R used U reserved_high RH used_high UH` lines, in MiB.
+fn pool_lines(lines: &[String]) -> Vec<[u64; 4]> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("pool reserved "))
+        .map(|l| {
+            let w: Vec<u64> = l.split(' ').filter_map(|x| x.parse::<u64>().ok()).collect();
+            assert_eq!(w.len(), 4, "{l}");
+            [w[0] / MIB, w[1] / MIB, w[2] / MIB, w[3] / MIB]
+        })
+        .collect()
+}
+
+fn pool_line(p: &mut Probe) -> [u64; 4] {
+    pool_lines(&[p.expect("pool reserved")])[0]
+}
+
+#[test]
+fn own_pool_memory_is_device_memory_until_trimmed_and_a_killed_owner_frees_it() {
+    let sim = SimHandle::start(SimOptions::from_toml("[device]\nmemory = \"1GiB\"\n").unwrap())
+        .expect("sim");
+    let mut a = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init",
+            "retain",
+            "0",
+            "pool-create",
+            "0",
+            "pool-threshold",
+            "max",
+            "pool-alloc",
+            "512",
+            "pool-alloc",
+            "256",
+            "free-async",
+            "free-async",
+            "sync",
+            "pool-attr",
+            "ready",
+            "wait",
+            "pool-trim",
+            "256",
+            "pool-attr",
+            "ready",
+            "wait",
+            "pool-trim",
+            "0",
+            "pool-attr",
+            "pool-alloc",
+            "100",
+            "pool-attr",
+            "ready",
+            "wait",
+        ],
+    );
+    // Everything freed, but the threshold keeps it: the device is charged.
+    assert_eq!(pool_line(&mut a), [768, 0, 768, 768]);
+    a.expect("ready");
+    let a_pid = a.child.id();
+    assert_eq!(nvml_procs(&sim).get(&a_pid), Some(&(768 * MIB)));
+    let b = |mib: &str| run(&sim, &["init", "retain", "0", "alloc", mib]);
+    assert_eq!(b("400"), ["alloc err 2"], "256 MiB left beside the pool");
+    assert_eq!(b("200"), ["alloc ok"]);
+
+    // Trim to 256 MiB: the rest goes back.
+    a.next();
+    assert_eq!(pool_line(&mut a), [256, 0, 768, 768]);
+    a.expect("ready");
+    assert_eq!(nvml_procs(&sim).get(&a_pid), Some(&(256 * MIB)));
+    assert_eq!(b("700"), ["alloc ok"]);
+    assert_eq!(b("800"), ["alloc err 2"]);
+
+    // Trim to nothing, then grow again by what is asked (rounded to 2 MiB).
+    a.next();
+    assert_eq!(pool_line(&mut a), [0, 0, 768, 768]);
+    assert_eq!(pool_line(&mut a), [100, 100, 768, 768]);
+    a.expect("ready");
+    assert_eq!(nvml_procs(&sim).get(&a_pid), Some(&(100 * MIB)));
+
+    // SIGKILL the owner: its pool memory is released with it.
+    a.child.kill().unwrap();
+    let _ = a.finish();
+    let state = sim.state().unwrap();
+    wait_until("the killed pool owner to be released", || {
+        state.used_bytes(0) == 0
+    });
+    assert_eq!(b("1000"), ["alloc ok"]);
+}
+
+#[test]
+fn pools_reuse_freed_memory_and_release_above_the_threshold_at_synchronize() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let lines = run(
+        &sim,
+        &[
+            "init",
+            "retain",
+            "0",
+            // The device's default pool: release threshold 0.
+            "pool-current",
+            "0",
+            "pool-alloc",
+            "64",
+            "free-async",
+            "pool-attr", // freed, not yet synchronized: still reserved
+            "sync",
+            "pool-attr", // synchronized: released
+            // An own pool keeping up to 32 MiB.
+            "pool-create",
+            "0",
+            "pool-threshold",
+            "32",
+            "pool-alloc",
+            "64",
+            "free-async",
+            "sync",
+            "pool-attr",
+            // Reuse: 30 MiB fit in the 32 kept, no growth; 40 more grow it
+            // by the 38 MiB missing.
+            "pool-alloc",
+            "30",
+            "pool-attr",
+            "pool-alloc",
+            "40",
+            "pool-attr",
+            "mem-info",
+        ],
+    );
+    assert_eq!(
+        pool_lines(&lines),
+        vec![
+            [64, 0, 64, 64],
+            [0, 0, 64, 64],
+            [32, 0, 64, 64],
+            [32, 30, 64, 64],
+            [70, 70, 70, 70],
+        ],
+        "{lines:?}"
+    );
+    let f = facts(&lines);
+    let (free, total): (u64, u64) = f["mem"]
+        .strip_prefix("free ")
+        .and_then(|s| s.split_once(" total "))
+        .map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap()))
+        .unwrap();
+    assert_eq!(total - free, 70 * MIB, "cuMemGetInfo counts pool memory");
+}
+
+#[test]
+fn a_destroyed_pool_keeps_live_allocations_until_they_are_freed() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let mut a = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init",
+            "retain",
+            "0",
+            "pool-create",
+            "0",
+            "pool-threshold",
+            "max",
+            "pool-alloc",
+            "32",
+            "pool-alloc",
+            "64",
+            "free-async",
+            "sync",
+            "pool-destroy",
+            "ready",
+            "wait",
+            "free-async",
+            "sync",
+            "ready",
+            "wait",
+        ],
+    );
+    assert_eq!(a.expect("pool-destroy"), "pool-destroy 0");
+    a.expect("ready");
+    let pid = a.child.id();
+    // The freed 64 MiB went back at destroy; the live 32 MiB stays.
+    assert_eq!(nvml_procs(&sim).get(&pid), Some(&(32 * MIB)));
+    a.next();
+    a.expect("ready");
+    assert_eq!(nvml_procs(&sim).get(&pid), Some(&0));
+    assert!(a.finish().success());
+}

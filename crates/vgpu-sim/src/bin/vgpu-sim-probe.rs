@@ -18,6 +18,18 @@
 //! nvml-util D               print `util <gpu%>` and `putil <pid> <sm%>` lines
 //! nested D N                time N nested primary retains (+ releases): `nested_ns <avg>`
 //! bogus                     call entries with made-up handles: `bogus <entry> <code>`
+//! devices                   `cuda.count N`, `cuda.<i>.uuid GPU-…` per CUDA ordinal
+//! nvml-devices              `nvml.count N`, `nvml.<i>.uuid GPU-…` per NVML index
+//! pool-create D             cuMemPoolCreate on device D; it becomes "the pool"
+//! pool-current D            cuDeviceGetMemPool(D) becomes "the pool"
+//! pool-threshold MIB|max    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD of the pool
+//! pool-alloc MIB            cuMemAllocFromPoolAsync (legacy stream); `alloc ok|err CODE`
+//! free-async                cuMemFreeAsync of the newest pool allocation
+//! sync                      cuCtxSynchronize
+//! pool-trim MIB             cuMemPoolTrimTo(pool, MIB)
+//! pool-attr                 `pool reserved R used U reserved_high RH used_high UH` (bytes)
+//! pool-destroy              cuMemPoolDestroy: `pool-destroy CODE`
+//! mem-info                  cuMemGetInfo_v2: `mem free F total T`
 //! ```
 use std::io::Write;
 use std::process::ExitCode;
@@ -165,7 +177,141 @@ mod ffi {
         }
     }
 
+    /// A CUDA UUID in NVML's text form (`GPU-8-4-4-4-12` hex digits).
+    pub fn uuid_text(b: &[u8; 16]) -> String {
+        let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!(
+            "GPU-{}-{}-{}-{}-{}",
+            h[..4].concat(),
+            h[4..6].concat(),
+            h[6..8].concat(),
+            h[8..10].concat(),
+            h[10..].concat()
+        )
+    }
+
     impl Cuda {
+        /// `cuDeviceGetCount` and each ordinal's `cuDeviceGetUuid_v2`.
+        pub fn devices(&self) -> Res<Vec<[u8; 16]>> {
+            let count =
+                self.sym::<unsafe extern "C" fn(*mut c_int) -> CUresult>(b"cuDeviceGetCount")?;
+            let get =
+                self.sym::<unsafe extern "C" fn(*mut CUdevice, c_int) -> CUresult>(b"cuDeviceGet")?;
+            let uuid = self.sym::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(
+                b"cuDeviceGetUuid_v2",
+            )?;
+            let mut n: c_int = 0;
+            // SAFETY: local out-pointer; signature per cuda.h.
+            check(unsafe { count(&mut n) }, "cuDeviceGetCount")?;
+            let mut out = Vec::new();
+            for i in 0..n {
+                let mut d: CUdevice = 0;
+                // SAFETY: local out-pointer; signature per cuda.h.
+                check(unsafe { get(&mut d, i) }, "cuDeviceGet")?;
+                let mut u = CUuuid { bytes: [0; 16] };
+                // SAFETY: local out-pointer; signature per cuda.h.
+                check(unsafe { uuid(&mut u, d) }, "cuDeviceGetUuid_v2")?;
+                out.push(u.bytes.map(|b| b as u8));
+            }
+            Ok(out)
+        }
+
+        pub fn pool_create(&self, dev: c_int) -> Res<CUmemoryPool> {
+            type F = unsafe extern "C" fn(*mut CUmemoryPool, *const CUmemPoolProps) -> CUresult;
+            let f = self.sym::<F>(b"cuMemPoolCreate")?;
+            let props = CUmemPoolProps {
+                allocType: CU_MEM_ALLOCATION_TYPE_PINNED,
+                handleTypes: 0,
+                location: CUmemLocation {
+                    type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: dev,
+                },
+                win32SecurityAttributes: std::ptr::null_mut(),
+                maxSize: 0,
+                usage: 0,
+                reserved: [0; 54],
+            };
+            let mut pool = CUmemoryPool::NULL;
+            // SAFETY: local in/out structs; signature per cuda.h.
+            check(unsafe { f(&mut pool, &props) }, "cuMemPoolCreate")?;
+            Ok(pool)
+        }
+
+        pub fn pool_current(&self, dev: c_int) -> Res<CUmemoryPool> {
+            type F = unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult;
+            let f = self.sym::<F>(b"cuDeviceGetMemPool")?;
+            let mut pool = CUmemoryPool::NULL;
+            // SAFETY: local out-pointer; signature per cuda.h.
+            check(unsafe { f(&mut pool, dev) }, "cuDeviceGetMemPool")?;
+            Ok(pool)
+        }
+
+        pub fn pool_set_u64(&self, pool: CUmemoryPool, attr: c_uint, v: u64) -> Res<()> {
+            type F = unsafe extern "C" fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
+            let f = self.sym::<F>(b"cuMemPoolSetAttribute")?;
+            let mut v = v;
+            // SAFETY: a u64 attribute (cuuint64_t per cuda.h) through a local.
+            let r = unsafe { f(pool, attr, (&raw mut v).cast()) };
+            check(r, "cuMemPoolSetAttribute")
+        }
+
+        pub fn pool_get_u64(&self, pool: CUmemoryPool, attr: c_uint) -> Res<u64> {
+            type F = unsafe extern "C" fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
+            let f = self.sym::<F>(b"cuMemPoolGetAttribute")?;
+            let mut v: u64 = 0;
+            // SAFETY: a u64 attribute (cuuint64_t per cuda.h) into a local.
+            let r = unsafe { f(pool, attr, (&raw mut v).cast()) };
+            check(r, "cuMemPoolGetAttribute")?;
+            Ok(v)
+        }
+
+        pub fn pool_alloc(&self, pool: CUmemoryPool, bytes: usize) -> Res<(CUresult, CUdeviceptr)> {
+            type F =
+                unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
+            let f = self.sym::<F>(b"cuMemAllocFromPoolAsync")?;
+            let mut p: CUdeviceptr = 0;
+            // SAFETY: local out-pointer; the legacy stream; per cuda.h.
+            let r = unsafe { f(&mut p, bytes, pool, CUstream::NULL) };
+            Ok((r, p))
+        }
+
+        pub fn free_async(&self, p: CUdeviceptr) -> Res<()> {
+            type F = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
+            let f = self.sym::<F>(b"cuMemFreeAsync")?;
+            // SAFETY: a pointer this process allocated; the legacy stream.
+            check(unsafe { f(p, CUstream::NULL) }, "cuMemFreeAsync")
+        }
+
+        pub fn sync(&self) -> Res<()> {
+            let f = self.sym::<unsafe extern "C" fn() -> CUresult>(b"cuCtxSynchronize")?;
+            // SAFETY: no arguments.
+            check(unsafe { f() }, "cuCtxSynchronize")
+        }
+
+        pub fn pool_trim(&self, pool: CUmemoryPool, keep: usize) -> Res<()> {
+            let f = self
+                .sym::<unsafe extern "C" fn(CUmemoryPool, usize) -> CUresult>(b"cuMemPoolTrimTo")?;
+            // SAFETY: a pool handle from the driver; signature per cuda.h.
+            check(unsafe { f(pool, keep) }, "cuMemPoolTrimTo")
+        }
+
+        pub fn pool_destroy(&self, pool: CUmemoryPool) -> Res<CUresult> {
+            let f =
+                self.sym::<unsafe extern "C" fn(CUmemoryPool) -> CUresult>(b"cuMemPoolDestroy")?;
+            // SAFETY: a pool handle from the driver; signature per cuda.h.
+            Ok(unsafe { f(pool) })
+        }
+
+        pub fn mem_info(&self) -> Res<(usize, usize)> {
+            let f = self.sym::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(
+                b"cuMemGetInfo_v2",
+            )?;
+            let (mut fr, mut t) = (0, 0);
+            // SAFETY: local out-pointers; signature per cuda.h.
+            check(unsafe { f(&mut fr, &mut t) }, "cuMemGetInfo_v2")?;
+            Ok((fr, t))
+        }
+
         /// Call a one- or two-argument entry whose arguments are all
         /// handles or device pointers (pointer-sized) with `args`.
         pub fn raw(&self, name: &str, args: &[usize]) -> Res<u32> {
@@ -263,6 +409,31 @@ mod ffi {
                 .collect())
         }
 
+        /// `nvmlDeviceGetCount_v2` and each index's `nvmlDeviceGetUUID`.
+        pub fn devices(&self) -> Res<Vec<String>> {
+            let count = self.sym::<unsafe extern "C" fn(*mut c_uint) -> nvmlReturn_t>(
+                b"nvmlDeviceGetCount_v2",
+            )?;
+            type U = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
+            let uuid = self.sym::<U>(b"nvmlDeviceGetUUID")?;
+            let mut n: c_uint = 0;
+            // SAFETY: local out-pointer; signature per nvml.h.
+            nv(unsafe { count(&mut n) }, "nvmlDeviceGetCount_v2")?;
+            let mut out = Vec::new();
+            for i in 0..n {
+                let h = self.device(i)?;
+                let mut buf = [0 as c_char; 96];
+                // SAFETY: `buf` holds 96 bytes; signature per nvml.h.
+                let r = unsafe { uuid(h, buf.as_mut_ptr(), 96) };
+                nv(r, "nvmlDeviceGetUUID")?;
+                // SAFETY: NVML wrote a NUL-terminated string into `buf`
+                // (zeroed, so a terminator exists either way).
+                let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+                out.push(s.to_string_lossy().into_owned());
+            }
+            Ok(out)
+        }
+
         pub fn util(&self, dev: u32) -> Res<(u32, Vec<(u32, u32)>)> {
             let h = self.device(dev)?;
             let f = self
@@ -319,6 +490,8 @@ fn num<T: std::str::FromStr>(a: Option<String>, what: &str) -> Result<T, String>
 fn run() -> Result<(), String> {
     let mut cuda = None;
     let mut nvml = None;
+    let mut pool: Option<vgpu_cuda_abi::CUmemoryPool> = None;
+    let mut ptrs: Vec<vgpu_cuda_abi::CUdeviceptr> = Vec::new();
     let mut args = std::env::args().skip(1);
     let out = std::io::stdout();
     while let Some(step) = args.next() {
@@ -444,6 +617,87 @@ fn run() -> Result<(), String> {
                     "bogus nvmlDeviceGetName {}",
                     nvml.as_ref().expect("loaded").bogus_name()?
                 );
+            }
+            "devices" => {
+                let d = cuda.as_ref().ok_or("init first")?.devices()?;
+                println!("cuda.count {}", d.len());
+                for (i, u) in d.iter().enumerate() {
+                    println!("cuda.{i}.uuid {}", ffi::uuid_text(u));
+                }
+            }
+            "nvml-devices" => {
+                if nvml.is_none() {
+                    nvml = Some(ffi::Nvml::load()?);
+                }
+                let d = nvml.as_ref().expect("loaded").devices()?;
+                println!("nvml.count {}", d.len());
+                for (i, u) in d.iter().enumerate() {
+                    println!("nvml.{i}.uuid {u}");
+                }
+            }
+            "pool-create" => {
+                let d = num(args.next(), "pool-create D")?;
+                pool = Some(cuda.as_ref().ok_or("init first")?.pool_create(d)?);
+            }
+            "pool-current" => {
+                let d = num(args.next(), "pool-current D")?;
+                pool = Some(cuda.as_ref().ok_or("init first")?.pool_current(d)?);
+            }
+            "pool-threshold" => {
+                let v = match args.next().as_deref() {
+                    Some("max") => u64::MAX,
+                    other => num::<u64>(other.map(str::to_string), "pool-threshold MIB")? << 20,
+                };
+                let p = pool.ok_or("no pool yet")?;
+                cuda.as_ref().ok_or("init first")?.pool_set_u64(
+                    p,
+                    vgpu_cuda_abi::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    v,
+                )?;
+            }
+            "pool-alloc" => {
+                let mib: usize = num(args.next(), "pool-alloc MIB")?;
+                let p = pool.ok_or("no pool yet")?;
+                let (r, ptr) = cuda
+                    .as_ref()
+                    .ok_or("init first")?
+                    .pool_alloc(p, mib << 20)?;
+                if r.is_success() {
+                    ptrs.push(ptr);
+                    println!("alloc ok");
+                } else {
+                    println!("alloc err {}", r.0);
+                }
+            }
+            "free-async" => {
+                let p = ptrs.pop().ok_or("free-async: nothing allocated")?;
+                cuda.as_ref().ok_or("init first")?.free_async(p)?;
+            }
+            "sync" => cuda.as_ref().ok_or("init first")?.sync()?,
+            "pool-trim" => {
+                let mib: usize = num(args.next(), "pool-trim MIB")?;
+                let p = pool.ok_or("no pool yet")?;
+                cuda.as_ref().ok_or("init first")?.pool_trim(p, mib << 20)?;
+            }
+            "pool-attr" => {
+                let p = pool.ok_or("no pool yet")?;
+                let c = cuda.as_ref().ok_or("init first")?;
+                println!(
+                    "pool reserved {} used {} reserved_high {} used_high {}",
+                    c.pool_get_u64(p, vgpu_cuda_abi::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+                    c.pool_get_u64(p, vgpu_cuda_abi::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+                    c.pool_get_u64(p, vgpu_cuda_abi::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+                    c.pool_get_u64(p, vgpu_cuda_abi::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+                );
+            }
+            "pool-destroy" => {
+                let p = pool.ok_or("no pool yet")?;
+                let r = cuda.as_ref().ok_or("init first")?.pool_destroy(p)?;
+                println!("pool-destroy {}", r.0);
+            }
+            "mem-info" => {
+                let (f, t) = cuda.as_ref().ok_or("init first")?.mem_info()?;
+                println!("mem free {f} total {t}");
             }
             other => return Err(format!("unknown step `{other}`")),
         }
