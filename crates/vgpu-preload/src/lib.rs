@@ -30,6 +30,7 @@ pub mod hooks;
 pub mod identity;
 pub mod ledger;
 pub mod policy;
+pub mod probe_driver;
 pub mod state;
 pub mod sys;
 pub mod visible;

@@ -653,6 +653,23 @@ pub unsafe fn device_total_mem(
     r
 }
 
+/// The launch path's gate: one atomic load when nothing is SM-limited.
+/// With an SM limit, identity resolves here at first need (or retries when
+/// its backoff is due), then the pacing seam (`state::launch_gate`) runs.
+#[inline]
+pub fn launch_gate() {
+    if let Some(p) = state::attached() {
+        if p.sm_limited {
+            limited_launch(p);
+        }
+    }
+}
+
+fn limited_launch(p: &Proc) {
+    crate::identity::on_limited_launch(p);
+    state::launch_gate();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

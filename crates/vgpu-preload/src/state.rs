@@ -396,6 +396,10 @@ pub fn cu_init(real: crate::hooks::cuda::cuInit::Fn, flags: std::ffi::c_uint) ->
             }
         }
     }
+    if let Some(p) = p {
+        // Lazy by default (nothing waits); LIBVGPU_IDENTITY=eager resolves here.
+        crate::identity::post_init(p);
+    }
     let post_exit = sys_now();
     INIT_GEN.store(gen, Ordering::Release);
     if let Some(l) = p.and_then(|p| p.ledger.as_ref()) {

@@ -250,12 +250,14 @@ TABLE;
 
     [Cuda, "cuCtxCreate", 3020, false, "context", "reserve the context estimate on dev; release at destroy"]
     fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult |real| {
+        crate::identity::before_context(dev);
         // SAFETY: forwarding the caller's arguments.
         policy::ctx_create(dev, || out(pctx).map(|c| c.0 as usize), || unsafe { real(pctx, flags, dev) })
     }
 
     [Cuda, "cuCtxCreate", 11040, false, "context", "as cuCtxCreate_v2"]
     fn cuCtxCreate_v3(pctx: *mut CUcontext, paramsArray: *mut CUexecAffinityParam, numParams: c_int, flags: c_uint, dev: CUdevice) -> CUresult |real| {
+        crate::identity::before_context(dev);
         policy::ctx_create(
             dev,
             || out(pctx).map(|c| c.0 as usize),
@@ -266,6 +268,7 @@ TABLE;
 
     [Cuda, "cuCtxCreate", 12050, false, "context", "as cuCtxCreate_v2"]
     fn cuCtxCreate_v4(pctx: *mut CUcontext, ctxCreateParams: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) -> CUresult |real| {
+        crate::identity::before_context(dev);
         policy::ctx_create(
             dev,
             || out(pctx).map(|c| c.0 as usize),
@@ -282,6 +285,7 @@ TABLE;
 
     [Cuda, "cuDevicePrimaryCtxRetain", 7000, false, "context", "first retain per device reserves the context estimate"]
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult |real| {
+        crate::identity::before_context(dev);
         // SAFETY: forwarding the caller's arguments.
         policy::primary_retain(dev, || unsafe { real(pctx, dev) })
     }
@@ -324,14 +328,14 @@ TABLE;
 
     [Cuda, "cuLaunchKernel", 4000, false, "launch", "pass through (the SM limiter's seam; one atomic load when unlimited)"]
     fn cuLaunchKernel(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
-        state::launch_gate();
+        policy::launch_gate();
         // SAFETY: forwarding the caller's arguments.
         unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) }
     }
 
     [Cuda, "cuLaunchKernel", 7000, true, "launch", "as cuLaunchKernel"]
     fn cuLaunchKernel_ptsz(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
-        state::launch_gate();
+        policy::launch_gate();
         // SAFETY: forwarding the caller's arguments.
         unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) }
     }
