@@ -397,6 +397,10 @@ static void test_async(CUdevice dev) {
         unsigned long long usedh = pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH);
         CHECK(used == 0, "pool used current back to 0 after frees (%llu)", used);
         CHECK(usedh >= 24 * MiB && usedh != ~0ull, "pool used high keeps its mark (%llu)", usedh);
+        /* Release threshold 0 (the default): the synchronize gave it all back. */
+        unsigned long long res = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        CHECK(res == 0, "default pool (threshold 0) holds nothing after the frees and a synchronize (%llu)", res);
+        check_back("default pool after the frees and a synchronize", before, free_mem());
     }
     OK_CU(cuStreamDestroy_v2, s);
 }
@@ -682,10 +686,30 @@ static void test_own_pool(CUdevice dev) {
         /* The threshold keeps the memory reserved until trimmed. */
         unsigned long long res = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
         CHECK(res >= 8 * MiB && res != ~0ull, "freed memory stays reserved (%llu)", res);
+        CHECK(before - free_mem() >= 8 * MiB, "and stays device memory (free %zu below)", before - free_mem());
+        /* Reused before the pool grows. */
+        if (OK_CU(cuMemAllocFromPoolAsync, &p, 8 * MiB, pool, s)) {
+            unsigned long long again = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+            CHECK(again == res, "an allocation that fits the freed memory does not grow the pool (%llu, was %llu)",
+                  again, res);
+            OK_CU(cuMemFreeAsync, p, s);
+            OK_CU(cuStreamSynchronize, s);
+        }
+        /* Trimming to at least what is reserved keeps it all. */
+        OK_CU(cuMemPoolTrimTo, pool, (size_t)res);
+        unsigned long long kept = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        CHECK(kept == res, "cuMemPoolTrimTo(reserved) keeps it (%llu, was %llu)", kept, res);
         OK_CU(cuMemPoolTrimTo, pool, 0);
         res = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
         CHECK(res == 0, "cuMemPoolTrimTo(0) releases it (%llu)", res);
         check_back("trimmed pool", before, free_mem());
+    }
+    /* Growth past the device's memory is refused and leaves the pool as it was. */
+    size_t f = 0, t = 0;
+    if (OK_CU(cuMemGetInfo_v2, &f, &t)) {
+        CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAllocFromPoolAsync, &p, t + 2 * MiB, pool, s);
+        unsigned long long res = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        CHECK(res == 0, "a refused growth reserves nothing (%llu)", res);
     }
     /* The device's current pool can be swapped and restored. */
     if (OK_CU(cuDeviceGetDefaultMemPool, &dflt, dev) && OK_CU(cuDeviceSetMemPool, dev, pool) &&
@@ -695,8 +719,24 @@ static void test_own_pool(CUdevice dev) {
         if (OK_CU(cuDeviceGetMemPool, &cur, dev))
             CHECK(cur == dflt, "and the default after restoring it");
     }
-    OK_CU(cuStreamDestroy_v2, s);
     OK_CU(cuMemPoolDestroy, pool);
+    /* Destroyed with an allocation still out: that allocation stays usable
+     * and its memory returns once it is freed (cuda.h). */
+    CUmemoryPool pool2 = NULL;
+    if (OK_CU(cuMemPoolCreate, &pool2, &props)) {
+        before = free_mem();
+        if (OK_CU(cuMemAllocFromPoolAsync, &p, 8 * MiB, pool2, s)) {
+            OK_CU(cuStreamSynchronize, s);
+            OK_CU(cuMemPoolDestroy, pool2);
+            check_drop("allocation outliving its pool", before, free_mem(), 8 * MiB);
+            OK_CU(cuMemFreeAsync, p, s);
+            OK_CU(cuStreamSynchronize, s);
+            check_back("last allocation of a destroyed pool freed", before, free_mem());
+        } else {
+            OK_CU(cuMemPoolDestroy, pool2);
+        }
+    }
+    OK_CU(cuStreamDestroy_v2, s);
 }
 
 int main(void) {
