@@ -79,11 +79,18 @@ fn read_stat(path: &str) -> Result<StatFields, IdentityError> {
     })?;
     let mut buf = [0u8; 1024];
     let mut n = 0;
-    // /proc files are read in one go; loop for short reads anyway.
+    // procfs hands out the whole line in one read; stop at its newline
+    // (no second read for EOF: one syscall less on the cuInit path), loop
+    // for short reads anyway.
     while n < buf.len() {
         match f.read(&mut buf[n..]) {
             Ok(0) => break,
-            Ok(k) => n += k,
+            Ok(k) => {
+                n += k;
+                if buf[n - 1] == b'\n' {
+                    break;
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(source) => {
                 return Err(IdentityError::Read {

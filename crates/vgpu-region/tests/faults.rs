@@ -181,6 +181,16 @@ fn kill_reclaimer_before_free() {
     fault("reclaim.before_free", "open,reclaim", Some(VICTIM), 1);
 }
 
+/// Files in `dir` other than `keep` (a dead creator's leftovers).
+fn strays(dir: &Path, keep: &[&Path]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !keep.contains(&p.as_path()))
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
 #[test]
 fn kill_creator_mid_init() {
     let dir = tempfile::tempdir().unwrap();
@@ -194,32 +204,75 @@ fn kill_creator_mid_init() {
         );
         if stop {
             assert!(wait_stopped(&mut c));
-            // The stopped creator holds the creation lock: a reader refuses
-            // after a bounded wait instead of hanging or using a half file.
-            match Region::open_or_create_with(&path, &opts(), Duration::from_millis(50)) {
-                Err(RegionError::LockTimeout { .. }) => {}
-                Err(e) => panic!("expected a lock timeout, got {e}"),
-                Ok(_) => panic!("opened a region whose creator is mid-init"),
-            }
+            // The creator builds its file unnamed and links it only when
+            // ready: nothing is at `path` yet, and another process neither
+            // waits for the stopped creator nor sees its half file; it
+            // creates and publishes its own region at once.
+            assert!(!path.exists(), "a half-built region was published");
+            assert!(matches!(
+                Region::open(&path),
+                Err(RegionError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound
+            ));
+            let (r, m) =
+                Region::open_or_create_with(&path, &opts(), Duration::from_millis(50)).unwrap();
+            assert!(m.is_empty(), "{m:?}");
+            assert_eq!(r.slot_count(), 32);
             sigkill(&c);
+            assert_killed(&mut c);
+            // Still the region we published, ready and usable.
+            newcomer(&path);
+            assert_eq!(r.live_slots(), 0);
+        } else {
+            assert_killed(&mut c);
+            // The dead creator left nothing at `path` (and, with O_TMPFILE,
+            // nothing anywhere): `open` finds no file, `open_or_create`
+            // creates without waiting.
+            assert!(!path.exists(), "a dead creator's half file was published");
+            let (r, m) = Region::open_or_create(&path, &opts()).unwrap();
+            assert!(m.is_empty(), "{m:?}");
+            assert_eq!(r.limits(0).mem, 1 << 30);
+            assert_eq!(r.slot_count(), 32);
+            newcomer(&path);
+            assert_eq!(r.live_slots(), 0);
         }
-        assert_killed(&mut c);
-        // The kernel dropped the dead creator's flock: `open` (which never
-        // creates) says the file is not initialized; open_or_create starts
-        // over and wins.
-        match Region::open(&path) {
-            Err(RegionError::Format {
-                source: vgpu_region::FormatError::NotInitialized { .. },
-                ..
-            }) => {}
-            Err(e) => panic!("expected NotInitialized, got {e}"),
-            Ok(_) => panic!("open accepted a half-initialized file"),
-        }
-        let (r, m) = Region::open_or_create(&path, &opts()).unwrap();
-        assert!(m.is_empty(), "{m:?}");
-        assert_eq!(r.limits(0).mem, 1 << 30);
-        assert_eq!(r.slot_count(), 32);
-        newcomer(&path);
-        assert_eq!(r.live_slots(), 0);
     }
+    let keep: Vec<_> = (0..KILLS)
+        .map(|i| dir.path().join(format!("region{i}")))
+        .collect();
+    let keep: Vec<&Path> = keep.iter().map(|p| p.as_path()).collect();
+    assert_eq!(strays(dir.path(), &keep), Vec::<String>::new());
+}
+
+/// A file of the previous protocol (initialized in place under a flock)
+/// whose creator died half-way is still repaired by the next creator and
+/// refused by plain openers; a stopped in-place creator bounds the wait.
+#[test]
+fn unfinished_in_place_file_is_repaired_under_its_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("legacy");
+    std::fs::write(&path, vec![0u8; 4096]).unwrap();
+    // Hold the creation lock as a stopped in-place creator would (flock
+    // belongs to the open file description, so our own second open
+    // conflicts with it like another process would).
+    let f = std::fs::File::open(&path).unwrap();
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    match Region::open_or_create_with(&path, &opts(), Duration::from_millis(50)) {
+        Err(RegionError::LockTimeout { .. }) => {}
+        Err(e) => panic!("expected a lock timeout, got {e}"),
+        Ok(_) => panic!("opened a file whose creator holds its lock"),
+    }
+    // Its creator dies: the kernel drops the lock.
+    drop(f);
+    match Region::open(&path) {
+        Err(RegionError::Format {
+            source: vgpu_region::FormatError::NotInitialized { .. },
+            ..
+        }) => {}
+        Err(e) => panic!("expected NotInitialized, got {e}"),
+        Ok(_) => panic!("open accepted an unfinished file"),
+    }
+    let (r, m) = Region::open_or_create(&path, &opts()).unwrap();
+    assert!(m.is_empty(), "{m:?}");
+    assert_eq!(r.slot_count(), 32);
+    newcomer(&path);
 }
