@@ -90,27 +90,24 @@ impl Config {
         c
     }
 
-    /// Reads the process environment (non-UTF-8 values are reported as malformed).
+    /// Reads the process environment (non-UTF-8 values are reported as
+    /// malformed). Only the variables of the contract are copied.
     pub fn from_env() -> Config {
         let mut bad = Vec::new();
-        let vars: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| {
-                let k = k.into_string().ok()?;
-                if !(k.starts_with("CUDA_")
-                    || k.starts_with("LIBVGPU_")
-                    || k.starts_with("GPU_CORE"))
-                {
-                    return None;
-                }
-                match v.into_string() {
-                    Ok(v) => Some((k, v)),
-                    Err(_) => {
-                        bad.push(format!("{k} is not valid UTF-8; ignored"));
-                        None
+        let vars: Vec<(String, String)> =
+            crate::sys::env_with_prefixes(&["CUDA_", "LIBVGPU_", "GPU_CORE"])
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let k = String::from_utf8(k).ok()?;
+                    match String::from_utf8(v) {
+                        Ok(v) => Some((k, v)),
+                        Err(_) => {
+                            bad.push(format!("{k} is not valid UTF-8; ignored"));
+                            None
+                        }
                     }
-                }
-            })
-            .collect();
+                })
+                .collect();
         let mut c = Config::from_vars(vars);
         c.problems.extend(bad);
         c

@@ -36,6 +36,11 @@ pub use vgpu_region::MemKind as Kind;
 /// otherwise hold us). Past it this process runs without limits and says so.
 const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Bound on how often a view reclaims dead slots: a process that died
+/// after the last pass may show in views for at most this long (admission
+/// reclaims on its own when a reservation is refused).
+pub const VIEW_RECLAIM_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
 pub struct Ledger {
     region: Region,
     slot: SlotId,
@@ -61,6 +66,18 @@ impl Ledger {
             source,
         })?;
         Self::register(region, p, vgpu_region::monotonic_ns())
+    }
+
+    /// `open`, or `None` when no file is at `path` (one `open(2)` instead
+    /// of a `stat` first: this runs inside `cuInit`).
+    pub fn open_existing(path: &Path) -> Result<Option<Ledger>, LedgerError> {
+        match Self::open(path) {
+            Err(LedgerError::Open {
+                source: vgpu_region::RegionError::Io { source, .. },
+                ..
+            }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            r => r.map(Some),
+        }
     }
 
     /// Creates the region (or maps one another process created meanwhile)
@@ -130,11 +147,16 @@ impl Ledger {
         self.region.limits(dev).sm
     }
 
-    /// The container's live usage of `dev` (all processes, all kinds).
+    /// The container's live usage of `dev` (all processes, all kinds), for
+    /// the memory views. A SIGKILLed process's bytes stay in the admission
+    /// total until its slot is reclaimed; a view must not show them, so dead
+    /// slots are reclaimed first (at most every `VIEW_RECLAIM_EVERY`, the
+    /// pass costs a liveness check per claimed slot).
     pub fn used(&self, dev: u32) -> u64 {
         if dev >= self.device_count() {
             return 0;
         }
+        self.region.reclaim_dead_at_most_every(VIEW_RECLAIM_EVERY);
         self.region.device_used(dev)
     }
 
@@ -221,10 +243,12 @@ impl View {
         self.region.limits(dev).mem
     }
 
+    /// Usage without the bytes of dead processes (a read-only mapping cannot
+    /// reclaim their slots, so it skips them).
     pub fn used(&self, dev: u32) -> u64 {
         if dev >= self.region.device_count() {
             return 0;
         }
-        self.region.device_used(dev)
+        self.region.device_used_live(dev)
     }
 }

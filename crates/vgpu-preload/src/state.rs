@@ -210,20 +210,15 @@ pub fn config_once() -> &'static Config {
 
 fn build_inner(may_init: bool) -> Option<Proc> {
     let cfg = read_config();
-    let exists = cfg.cache.exists();
-    let want_region = exists || cfg.any_limit() || cfg.cache_source == CacheSource::Env;
+    let want_region = cfg.any_limit() || cfg.cache_source == CacheSource::Env;
     let mut ledger = None;
     let mut ndev = 0;
-    if want_region {
-        if exists {
-            match Ledger::open(&cfg.cache) {
-                Ok(l) => ledger = Some(l),
-                Err(e) => crate::error!(
-                    "{}; memory limits are NOT enforced in this process",
-                    chain(&e)
-                ),
-            }
-        } else {
+    // Open first (no `stat` to ask whether it exists: one syscall less on
+    // the cuInit path); a missing file is created when the env asks for a
+    // region, which needs the device list, hence the real cuInit.
+    match Ledger::open_existing(&cfg.cache) {
+        Ok(Some(l)) => ledger = Some(l),
+        Ok(None) if want_region => {
             if !may_init {
                 return None;
             }
@@ -246,6 +241,11 @@ fn build_inner(may_init: bool) -> Option<Proc> {
                 ),
             }
         }
+        Ok(None) => {}
+        Err(e) => crate::error!(
+            "{}; memory limits are NOT enforced in this process",
+            chain(&e)
+        ),
     }
     if let Some(l) = &ledger {
         if ndev == 0 {

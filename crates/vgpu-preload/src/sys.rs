@@ -80,6 +80,41 @@ fn dlerror_text() -> String {
     }
 }
 
+extern "C" {
+    /// The process environment (POSIX `environ`).
+    static environ: *const *const c_char;
+}
+
+/// The environment entries whose name starts with one of `prefixes`, as
+/// raw `(name, value)` bytes. Reads `environ` directly: `std::env::vars_os`
+/// copies every variable of the process (two allocations each) to keep a
+/// handful, inside `cuInit`.
+pub fn env_with_prefixes(prefixes: &[&str]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    // SAFETY: `environ` is a NULL-terminated array of NUL-terminated
+    // strings maintained by libc. Reading it has the same contract as
+    // getenv(3) (which the driver itself calls): valid unless another
+    // thread modifies the environment at the same time.
+    unsafe {
+        let mut p = environ;
+        if p.is_null() {
+            return out;
+        }
+        while !(*p).is_null() {
+            let entry = CStr::from_ptr(*p).to_bytes();
+            p = p.add(1);
+            if !prefixes.iter().any(|pre| entry.starts_with(pre.as_bytes())) {
+                continue;
+            }
+            let Some(eq) = entry.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            out.push((entry[..eq].to_vec(), entry[eq + 1..].to_vec()));
+        }
+    }
+    out
+}
+
 /// Registers `f` to run at normal process exit.
 pub fn at_exit(f: extern "C" fn()) -> bool {
     // SAFETY: `f` is a plain extern "C" function living as long as the

@@ -204,7 +204,12 @@ pub fn claim<E: Env>(v: &View<'_>, me: Owner, env: &E) -> Option<usize> {
             // Raised before any counter of this slot can become non-zero,
             // so every admission sum that could miss this slot's bytes
             // happened before them (see the module comment).
-            v.header.slot_high_water.fetch_max(i as u32 + 1, SeqCst);
+            // Load first: a read-modify-write would dirty the header page
+            // (a write fault per process on a file mapping) even when the
+            // mark is already past this slot, as it is once slots recycle.
+            if v.header.slot_high_water.load(SeqCst) < i as u32 + 1 {
+                v.header.slot_high_water.fetch_max(i as u32 + 1, SeqCst);
+            }
             fence(SeqCst);
             // A free slot is all zero; clear anyway so a slot left dirty by
             // a misbehaving owner cannot hand phantom bytes to its successor.

@@ -165,8 +165,9 @@ pub struct Region {
     path: PathBuf,
     plan: Plan,
     ident: ident::IdentityCache,
-    /// CLOCK_MONOTONIC ns of the last reclaim run by a refused reservation
-    /// (bounds that cost for a program that keeps hitting its limit).
+    /// CLOCK_MONOTONIC ns of the last rate-limited reclaim (a refused
+    /// reservation, a memory view): bounds that cost for a program that
+    /// keeps hitting its limit or asking for its free memory.
     last_oom_reclaim: std::sync::atomic::AtomicU64,
     /// False for `open_read_only`: every writer refuses or does nothing
     /// (a store to the read-only mapping would fault).
@@ -751,9 +752,18 @@ impl Region {
     /// A refused reservation first frees dead processes' slots (whose bytes
     /// still count), at most once per `OOM_RECLAIM_EVERY_NS`.
     fn oom_reclaim(&self) -> usize {
+        self.reclaim_dead_at_most_every(Duration::from_nanos(OOM_RECLAIM_EVERY_NS))
+    }
+
+    /// `reclaim_dead`, unless this mapping already ran a reclaim pass less
+    /// than `every` ago (then 0). For paths that must not show a dead
+    /// process's bytes but may run often (memory views): the pass costs a
+    /// signal-0 probe and a procfs read per claimed slot of our namespace.
+    pub fn reclaim_dead_at_most_every(&self, every: Duration) -> usize {
         let now = monotonic_ns();
         let last = self.last_oom_reclaim.load(Relaxed);
-        if last != 0 && now.saturating_sub(last) < OOM_RECLAIM_EVERY_NS {
+        let every = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX);
+        if last != 0 && now.saturating_sub(last) < every {
             return 0;
         }
         self.last_oom_reclaim.store(now, Relaxed);
@@ -845,6 +855,49 @@ impl Region {
             Ok(d) => core::device_total(&self.view(), d),
             Err(_) => 0,
         }
+    }
+
+    /// Bytes reserved on `dev` by claimed slots whose owners are not
+    /// certainly dead: `device_used` without the bytes of processes of the
+    /// caller's PID namespace that died and were not reclaimed yet (slots of
+    /// other namespaces count; nothing is written, so it works on a
+    /// read-only mapping). Costs a liveness check per claimed slot.
+    pub fn device_used_live(&self, dev: u32) -> u64 {
+        let Ok(d) = core::check_dev(dev, self.device_count) else {
+            return 0;
+        };
+        let v = self.view();
+        let me = self.ident.get();
+        let inode = if me.pidns_inode == 0 {
+            u64::MAX
+        } else {
+            me.pidns_inode
+        };
+        // Looked up, never claimed: a read-only mapping must not write.
+        let my_ns = v
+            .header
+            .ns_table
+            .iter()
+            .position(|c| c.load(SeqCst) == inode);
+        let n = (v.header.slot_high_water.load(SeqCst) as usize).min(v.slots.len());
+        let mut sum: u64 = 0;
+        for (i, o) in v.owners.iter().enumerate().take(n) {
+            let (st, owner) = core::decode(o.load(SeqCst));
+            if st == core::ST_FREE {
+                continue;
+            }
+            let t = v.totals[d * v.slots.len() + i].load(SeqCst);
+            if t == 0 {
+                continue;
+            }
+            let dead = st == core::ST_LIVE
+                && my_ns == Some(owner.ns_index as usize)
+                && ident::is_dead(&me, owner.pid, owner.start34);
+            if !dead {
+                sum = sum.saturating_add(t);
+            }
+        }
+        sum
     }
 
     /// Frees the slots of dead processes of the caller's PID namespace.

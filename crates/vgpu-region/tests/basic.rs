@@ -1,4 +1,5 @@
 //! Single-process behaviour of the region API.
+use std::time::Duration;
 use vgpu_region::*;
 
 fn opts(mem: u64) -> CreateOptions {
@@ -120,6 +121,43 @@ fn a_dead_process_bytes_are_reclaimed_by_a_refused_reservation() {
     r.reserve(s, 0, MemKind::Data, 500).unwrap();
     assert_eq!(r.device_used(0), 500);
     assert_eq!(r.live_slots(), 1);
+}
+
+/// A SIGKILLed process's bytes stay in the admission figure until its slot
+/// is reclaimed, but never in a view: `device_used_live` skips dead owners
+/// (read-only mappings too), and a rate-limited reclaim frees their slots.
+#[test]
+fn views_never_count_a_dead_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let (r, _) = Region::open_or_create(&p, &opts(1000)).unwrap();
+    let mine = r.register().unwrap();
+    r.reserve(mine, 0, MemKind::Data, 100).unwrap();
+    let st = std::process::Command::new(env!("CARGO_BIN_EXE_vgpu-region-worker"))
+        .arg("script")
+        .arg(&p)
+        .arg("open,register,reserve:700,die")
+        .env_remove(vgpu_region::failpoint::ENV)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!st.success());
+    assert_eq!(
+        r.device_used(0),
+        800,
+        "dead bytes still admitted until reclaim"
+    );
+    assert_eq!(r.device_used_live(0), 100);
+    let ro = Region::open_read_only(&p).unwrap();
+    assert_eq!(ro.device_used_live(0), 100);
+    assert_eq!(ro.device_used(0), 800);
+    assert_eq!(r.live_slots(), 2, "a view does not reclaim");
+    // The first rate-limited pass runs, the next one within the bound does not.
+    assert_eq!(r.reclaim_dead_at_most_every(Duration::from_secs(3600)), 1);
+    assert_eq!(r.device_used(0), 100);
+    assert_eq!(r.live_slots(), 1);
+    assert_eq!(r.reclaim_dead_at_most_every(Duration::from_secs(3600)), 0);
+    assert_eq!(r.reclaim_dead_at_most_every(Duration::ZERO), 0);
 }
 
 #[test]
