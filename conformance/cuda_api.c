@@ -7,10 +7,12 @@
  *   CONF_EXPECT_DEVICES, CONF_EXPECT_TOTAL_MEM, CONF_EXPECT_SM_COUNT.
  * Prints PASS/FAIL lines; exits 1 if anything failed.
  */
+#define _GNU_SOURCE
 #define CHECK_CUDA 1
 #include "check.h"
 #include "sim_kernel.h"
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -590,6 +592,22 @@ static void test_getprocaddress(void) {
     p = NULL;
     if (OK_CU(conf_cuGetProcAddress, "cuCtxCreate", &p, 3020, 0))
         CHECK(p == (void *)&conf_cuCtxCreate_v2, "cuGetProcAddress(cuCtxCreate, 3020) = cuCtxCreate_v2");
+
+    /* The stream flags pick the legacy or the per-thread-stream entry (the
+     * latter where the driver has one; what a call by that name reaches,
+     * an interposer's hook included). */
+    if (OK_CU(cuGetProcAddress_v2, "cuLaunchKernel", &p, 12090, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+              &st))
+        CHECK(p == (void *)&cuLaunchKernel, "cuLaunchKernel with LEGACY_STREAM = cuLaunchKernel");
+    if (OK_CU(cuGetProcAddress_v2, "cuLaunchKernel", &p, 12090, CU_GET_PROC_ADDRESS_DEFAULT, &st))
+        CHECK(p == (void *)&cuLaunchKernel, "cuLaunchKernel with DEFAULT = cuLaunchKernel");
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    void *ptsz = drv ? dlsym(drv, "cuLaunchKernel_ptsz") : NULL;
+    if (ptsz &&
+        OK_CU(cuGetProcAddress_v2, "cuLaunchKernel", &p, 12090,
+              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st))
+        CHECK(p == dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz"),
+              "cuLaunchKernel with PER_THREAD_DEFAULT_STREAM = cuLaunchKernel_ptsz");
 }
 
 
