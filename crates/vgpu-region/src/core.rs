@@ -211,6 +211,12 @@ pub fn claim<E: Env>(v: &View<'_>, me: Owner, env: &E) -> Option<usize> {
                 v.header.slot_high_water.fetch_max(i as u32 + 1, SeqCst);
             }
             fence(SeqCst);
+            // Write before reading: on a shared file mapping the first
+            // access of a page decides the fault; a load first costs a read
+            // fault and then a write-protect fault (page_mkwrite, the
+            // filesystem's journal) at the first store. The cell is
+            // reserved and always zero.
+            v.slots[i]._reserved0.store(0, Relaxed);
             // A free slot is all zero; clear anyway so a slot left dirty by
             // a misbehaving owner cannot hand phantom bytes to its successor.
             clear_slot(v, i, &NoSteps);
