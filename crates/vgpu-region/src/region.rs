@@ -521,7 +521,11 @@ impl Region {
     ) -> Result<Region, RegionError> {
         let map = crate::shm::map(&f, info.file_len, writable).map_err(io("map", path))?;
         // No MADV_POPULATE_WRITE: measured in a fresh process it costs more
-        // (~8 µs) than the three page faults a claim takes on demand.
+        // (~8 µs) than the three page faults a claim takes on demand. No
+        // readahead either: the first process to touch a page of a fresh
+        // (sparse) region would otherwise allocate and zero-fill a whole
+        // window of pages in its fault, hundreds of µs inside cuInit.
+        let _ = map.advise(memmap2::Advice::Random);
         let r = Region {
             map,
             slot_count: info.slot_count,
@@ -553,6 +557,10 @@ impl Region {
         f.set_len(0).map_err(io("truncate", path))?;
         f.set_len(len).map_err(io("resize", path))?;
         let map = crate::shm::map(f, len, true).map_err(io("map", path))?;
+        // The file is a hole: without this, the first store's fault reads
+        // ahead (allocates and zero-fills) a large window of it, most of
+        // the creator's cost; one page is all it needs.
+        let _ = map.advise(memmap2::Advice::Random);
         let h = crate::shm::header(&map);
         h.magic.store(u64::from_ne_bytes(MAGIC), Relaxed);
         h.state.store(STATE_INITIALIZING, Relaxed);
