@@ -67,7 +67,12 @@ fn charged_call(
     call: impl FnOnce() -> CUresult,
 ) -> Result<CUresult, CUresult> {
     if l.reserve(dev, kind, bytes).is_err() {
-        return Err(refuse(l, dev, what, bytes));
+        // Pools give memory back at synchronizations vgpu does not see:
+        // bring their charges down to what they hold, then look again.
+        let settled = state::proc().is_some_and(|p| settle_pools(p, l));
+        if !settled || l.reserve(dev, kind, bytes).is_err() {
+            return Err(refuse(l, dev, what, bytes));
+        }
     }
     let r = call();
     if !r.is_success() {
@@ -207,6 +212,28 @@ fn settle_pool(p: &Proc, l: &Ledger, pool: usize) {
     }
 }
 
+/// Settles every pool this process holds a charge for; whether any charge
+/// went down.
+fn settle_pools(p: &Proc, l: &Ledger) -> bool {
+    let pools: Vec<(usize, u64)> = p
+        .tables()
+        .pools
+        .iter()
+        .filter(|(_, pc)| pc.charged > 0)
+        .map(|(k, pc)| (*k, pc.charged))
+        .collect();
+    let mut lower = false;
+    for (pool, before) in pools {
+        settle_pool(p, l, pool);
+        lower |= p
+            .tables()
+            .pools
+            .get(&pool)
+            .is_some_and(|pc| pc.charged < before);
+    }
+    lower
+}
+
 /// `cuMemAllocAsync`/`cuMemAllocFromPoolAsync` (and `_ptsz`): admission on
 /// what the pool must grow by, then the charge follows the pool's reserved
 /// memory (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`) after the call.
@@ -307,18 +334,52 @@ pub fn pool_trimmed(pool: CUmemoryPool) {
     }
 }
 
-/// `cuMemPoolDestroy`: the pool's memory goes back once destroyed.
+/// `cuMemPoolDestroy`: the pool's unused memory goes back at once; its
+/// allocations still out keep theirs until freed (cuda.h). Their part of
+/// the charge (the pool's used memory, capped by its charge) moves to the
+/// pointers themselves, split evenly: the pool handle is dead (and may be
+/// reused), and freeing the last of them releases the rest.
 pub fn pool_destroy(pool: CUmemoryPool, call: impl FnOnce() -> CUresult) -> CUresult {
+    let Some((p, l)) = limited_attached() else {
+        return call();
+    };
+    let used = aux::cuda()
+        .and_then(|a| a.pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT))
+        .unwrap_or(0);
     let r = call();
-    if r.is_success() {
-        if let Some((p, l)) = limited_attached() {
-            let key = pool.0 as usize;
-            let mut t = p.tables();
-            if let Some(pc) = t.pools.remove(&key) {
-                l.release(pc.dev, DATA, pc.charged);
-            }
-            t.async_ptrs.retain(|_, v| *v != key);
-        }
+    if !r.is_success() {
+        return r;
+    }
+    let key = pool.0 as usize;
+    let mut t = p.tables();
+    let Some(pc) = t.pools.remove(&key) else {
+        return r;
+    };
+    let mut live: Vec<u64> = t
+        .async_ptrs
+        .iter()
+        .filter(|(_, v)| **v == key)
+        .map(|(k, _)| *k)
+        .collect();
+    live.sort_unstable();
+    let held = if live.is_empty() {
+        0
+    } else {
+        used.min(pc.charged)
+    };
+    l.release(pc.dev, DATA, pc.charged - held);
+    let n = live.len() as u64;
+    for (i, ptr) in live.into_iter().enumerate() {
+        t.async_ptrs.remove(&ptr);
+        let share = held / n + if i == 0 { held % n } else { 0 };
+        t.allocs.insert(
+            ptr,
+            Charge {
+                dev: pc.dev,
+                kind: DATA,
+                bytes: share,
+            },
+        );
     }
     r
 }

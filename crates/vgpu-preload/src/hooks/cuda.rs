@@ -180,7 +180,7 @@ TABLE;
         r
     }
 
-    [Cuda, "cuMemPoolDestroy", 11020, false, "memory (stream-ordered)", "release the pool's charge"]
+    [Cuda, "cuMemPoolDestroy", 11020, false, "memory (stream-ordered)", "release the pool's charge; allocations still out keep theirs until freed"]
     fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         policy::pool_destroy(pool, || unsafe { real(pool) })

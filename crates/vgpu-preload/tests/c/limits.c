@@ -33,20 +33,7 @@
 
 #define MiB (1024ull * 1024ull)
 
-/* Optional in a driver (the simulated one may lack them): declared weak,
- * used only when the driver itself has them (asked through dlsym on its
- * handle: under LD_PRELOAD our export of the same name always exists). */
-WEAK(cuDeviceGetMemPool);
-WEAK(cuMemPoolCreate);
-WEAK(cuMemPoolDestroy);
-WEAK(cuMemPoolTrimTo);
 static void *g_cuda;
-static int driver_has(const char *n) { return dlsym(g_cuda, n) != NULL; }
-
-static void pool_trim(CUmemoryPool p) {
-    if (driver_has("cuMemPoolTrimTo") && p)
-        cuMemPoolTrimTo(p, 0);
-}
 
 static CUresult (*pGetProc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
@@ -175,6 +162,99 @@ static void expect_used(const char *route, size_t base, size_t want, int atleast
 }
 #define EXPECT_USED(base, want, atleast, what) expect_used(o.name, base, want, atleast, what)
 
+/* A pool of our own (cuMemPoolCreate) on the limited device, through the
+ * route's pointers: its reserved memory is charged as it grows, growth past
+ * the budget is refused, trim and destroy release the charge. */
+static void own_pool(const ops_t *op, size_t limit, CUdevice dev, size_t base) {
+    ops_t o = *op;
+    CUresult (*create)(CUmemoryPool *, const CUmemPoolProps *) = cuMemPoolCreate;
+    CUresult (*destroy)(CUmemoryPool) = cuMemPoolDestroy;
+    CUresult (*trim)(CUmemoryPool, size_t) = cuMemPoolTrimTo;
+    if (o.pool_create)
+        *(void **)&create = o.pool_create;
+    if (o.pool_destroy)
+        *(void **)&destroy = o.pool_destroy;
+    if (o.pool_trim)
+        *(void **)&trim = o.pool_trim;
+    CUmemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pp.location.id = dev;
+    CUmemoryPool pool = NULL;
+    CUdeviceptr d = 0, e = 0;
+    CHECK(create(&pool, &pp) == CUDA_SUCCESS && pool, "%s: cuMemPoolCreate", o.name);
+    if (!pool)
+        return;
+    size_t room0 = limit - used_now();
+    CHECK(o.from_pool && o.from_pool(&d, 3 * MiB, pool, 0) == CUDA_SUCCESS, "%s: cuMemAllocFromPoolAsync", o.name);
+    EXPECT_USED(base, 3 * MiB, 1, "cuMemAllocFromPoolAsync (own pool grows)");
+    CHECK(o.free_async(d, 0) == CUDA_SUCCESS, "%s: cuMemFreeAsync (own pool)", o.name);
+    cuStreamSynchronize(0);
+    /* The synchronize released the pool (threshold 0) behind vgpu's back:
+     * the whole budget is there for the next allocation, no view asked. */
+    CHECK(o.alloc(&e, room0) == CUDA_SUCCESS, "%s: the whole budget after a pool released at synchronize", o.name);
+    o.free_(e);
+    EXPECT_USED(base, 0, 0, "own pool after free + synchronize (threshold 0)");
+
+    /* Keep freed memory: still charged until trimmed. */
+    cuuint64_t keep = ~0ull;
+    OK_CU(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    CHECK(o.from_pool(&d, 5 * MiB, pool, 0) == CUDA_SUCCESS, "%s: cuMemAllocFromPoolAsync 5 MiB", o.name);
+    o.free_async(d, 0);
+    cuStreamSynchronize(0);
+    size_t kept = used_now() - base;
+    CHECK(kept >= 5 * MiB, "%s: memory the pool keeps stays charged (%zu)", o.name, kept);
+    /* Reuse costs nothing more. */
+    CHECK(o.from_pool(&d, 5 * MiB, pool, 0) == CUDA_SUCCESS, "%s: reuse", o.name);
+    EXPECT_USED(base, kept, 0, "reuse of kept pool memory");
+    o.free_async(d, 0);
+    cuStreamSynchronize(0);
+    CHECK(trim(pool, 0) == CUDA_SUCCESS, "%s: cuMemPoolTrimTo", o.name);
+    EXPECT_USED(base, 0, 0, "cuMemPoolTrimTo(0) releases the charge");
+
+    /* Growth past the budget is refused and charges nothing. */
+    size_t room = limit - used_now();
+    CHECK(o.from_pool(&d, room + 1, pool, 0) == CUDA_ERROR_OUT_OF_MEMORY,
+          "%s: own pool growth one byte past the budget is refused", o.name);
+    EXPECT_USED(base, 0, 0, "refused pool growth");
+    /* Memory the pool keeps counts: with half the room kept, more than the
+     * other half is refused, and the kept half is reused. */
+    size_t half = (room / 2) & ~(2 * MiB - 1);
+    CHECK(o.from_pool(&d, half, pool, 0) == CUDA_SUCCESS, "%s: half the room from the pool", o.name);
+    o.free_async(d, 0);
+    cuStreamSynchronize(0);
+    CHECK(o.alloc(&e, room - half + 1) == CUDA_ERROR_OUT_OF_MEMORY,
+          "%s: kept pool memory leaves only the rest of the budget", o.name);
+    CHECK(o.alloc(&e, room - half) == CUDA_SUCCESS, "%s: the rest of the budget", o.name);
+    CHECK(o.from_pool(&d, half, pool, 0) == CUDA_SUCCESS, "%s: the kept half is reused at the budget", o.name);
+    CHECK(o.from_pool(&d, 2 * MiB, pool, 0) == CUDA_ERROR_OUT_OF_MEMORY, "%s: no growth left", o.name);
+    o.free_(e);
+    o.free_async(d, 0);
+    cuStreamSynchronize(0);
+
+    /* Destroy: the kept memory goes back with the pool. */
+    CHECK(used_now() - base >= half, "%s: still kept before destroy", o.name);
+    CHECK(destroy(pool) == CUDA_SUCCESS, "%s: cuMemPoolDestroy", o.name);
+    EXPECT_USED(base, 0, 0, "cuMemPoolDestroy releases the charge");
+
+    /* Destroyed with an allocation still out: that one stays charged until
+     * freed. */
+    pool = NULL;
+    CHECK(create(&pool, &pp) == CUDA_SUCCESS && pool, "%s: cuMemPoolCreate again", o.name);
+    OK_CU(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    CHECK(o.from_pool(&d, 4 * MiB, pool, 0) == CUDA_SUCCESS, "%s: live allocation", o.name);
+    CHECK(o.from_pool(&e, 6 * MiB, pool, 0) == CUDA_SUCCESS, "%s: freed allocation", o.name);
+    o.free_async(e, 0);
+    cuStreamSynchronize(0);
+    EXPECT_USED(base, 10 * MiB, 0, "pool with 4 MiB live and 6 MiB kept");
+    CHECK(destroy(pool) == CUDA_SUCCESS, "%s: cuMemPoolDestroy with an allocation out", o.name);
+    EXPECT_USED(base, 4 * MiB, 0, "destroyed pool: the live allocation stays charged");
+    CHECK(o.free_async(d, 0) == CUDA_SUCCESS, "%s: free of the last allocation", o.name);
+    cuStreamSynchronize(0);
+    EXPECT_USED(base, 0, 0, "last allocation of a destroyed pool freed");
+}
+
 static void routes(size_t limit, CUdevice dev) {
     for (int route = 0; route < 4; route++) {
         ops_t o;
@@ -206,41 +286,21 @@ static void routes(size_t limit, CUdevice dev) {
         EXPECT_USED(base, 0, 0, "free of managed");
 
         CUmemoryPool dpool = NULL;
-        if (driver_has("cuDeviceGetMemPool"))
-            cuDeviceGetMemPool(&dpool, dev);
-        else
-            cuDeviceGetDefaultMemPool(&dpool, dev);
+        OK_CU(cuDeviceGetMemPool, &dpool, dev);
         CHECK(o.async && o.async(&d, 3 * MiB, 0) == CUDA_SUCCESS, "%s: cuMemAllocAsync", o.name);
         EXPECT_USED(base, 3 * MiB, 1, "cuMemAllocAsync (pool growth)");
         CHECK(o.free_async && o.free_async(d, 0) == CUDA_SUCCESS, "%s: cuMemFreeAsync", o.name);
         cuStreamSynchronize(0);
-        pool_trim(dpool);
-        EXPECT_USED(base, 0, 0, "cuMemFreeAsync + trim");
+        /* Release threshold 0: the synchronize gave it back; the view settles. */
+        EXPECT_USED(base, 0, 0, "cuMemFreeAsync + synchronize (default pool)");
         if (o.async_ptsz) {
             CHECK(o.async_ptsz(&d, 3 * MiB, 0) == CUDA_SUCCESS, "%s: cuMemAllocAsync_ptsz", o.name);
             EXPECT_USED(base, 3 * MiB, 1, "cuMemAllocAsync_ptsz");
             CHECK(o.free_async_ptsz && o.free_async_ptsz(d, 0) == CUDA_SUCCESS, "%s: cuMemFreeAsync_ptsz", o.name);
             cuStreamSynchronize(0);
-            pool_trim(dpool);
-            EXPECT_USED(base, 0, 0, "cuMemFreeAsync_ptsz + trim");
+            EXPECT_USED(base, 0, 0, "cuMemFreeAsync_ptsz + synchronize");
         }
-
-        CUmemPoolProps pp;
-        memset(&pp, 0, sizeof pp);
-        pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-        pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        pp.location.id = dev;
-        CUmemoryPool pool = NULL;
-        if (!driver_has("cuMemPoolCreate"))
-            printf("SKIP %s: cuMemPoolCreate not exported by this driver\n", o.name);
-        else if (OK_CU(cuMemPoolCreate, &pool, &pp)) {
-            CHECK(o.from_pool && o.from_pool(&d, 3 * MiB, pool, 0) == CUDA_SUCCESS, "%s: cuMemAllocFromPoolAsync", o.name);
-            EXPECT_USED(base, 3 * MiB, 1, "cuMemAllocFromPoolAsync (own pool)");
-            o.free_async(d, 0);
-            cuStreamSynchronize(0);
-            OK_CU(cuMemPoolDestroy, pool);
-            EXPECT_USED(base, 0, 0, "pool destroyed");
-        }
+        own_pool(&o, limit, dev, base);
 
         CUmemAllocationProp prop;
         memset(&prop, 0, sizeof prop);
