@@ -378,11 +378,7 @@ pub fn cu_init(real: crate::hooks::cuda::cuInit::Fn, flags: std::ffi::c_uint) ->
     if let Some(p) = p {
         // The driver's count decides whether allocations must ask for the
         // current device (the region's count was only provisional).
-        if let Some(n) = r
-            .is_success()
-            .then(|| aux::cuda().and_then(|a| a.device_count()))
-            .flatten()
-        {
+        if let Some(n) = r.is_success().then(sys::cuda_device_count).flatten() {
             p.ndev.store(n, Ordering::Relaxed);
             if let Some(l) = &p.ledger {
                 if l.device_count() < n {

@@ -115,6 +115,26 @@ pub fn env_with_prefixes(prefixes: &[&str]) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
+/// `cuDeviceGetCount` of the loaded driver, looked up alone: `cuInit` needs
+/// only this one, not the whole set `aux::cuda` resolves (a `dlsym` each).
+pub fn cuda_device_count() -> Option<u32> {
+    type GetCount = unsafe extern "C" fn(*mut c_int) -> vgpu_cuda_abi::CUresult;
+    let h = crate::hooks::handle(crate::hooks::Lib::Cuda);
+    if h.is_null() {
+        return None;
+    }
+    let p = lookup(h, c"cuDeviceGetCount");
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` is the driver's cuDeviceGetCount, whose C type is `GetCount`.
+    let f = unsafe { std::mem::transmute::<*mut c_void, GetCount>(p) };
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a valid out-parameter.
+    let r = unsafe { f(&mut n) };
+    (r.is_success() && n >= 0).then_some(n as u32)
+}
+
 /// Registers `f` to run at normal process exit.
 pub fn at_exit(f: extern "C" fn()) -> bool {
     // SAFETY: `f` is a plain extern "C" function living as long as the
