@@ -234,6 +234,18 @@ fn settle_pools(p: &Proc, l: &Ledger) -> bool {
     lower
 }
 
+/// After a stream, event or context synchronize: pools above their release
+/// threshold gave memory back there (cuda.h), so their charges follow now,
+/// for every process sharing the budget. Free when no pool holds a charge.
+pub fn synchronized(r: CUresult) {
+    if !r.is_success() {
+        return;
+    }
+    if let Some((p, l)) = limited_attached() {
+        settle_pools(p, l);
+    }
+}
+
 /// `cuMemAllocAsync`/`cuMemAllocFromPoolAsync` (and `_ptsz`): admission on
 /// what the pool must grow by, then the charge follows the pool's reserved
 /// memory (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`) after the call.

@@ -344,3 +344,61 @@ fn allocations_are_charged_to_the_current_contexts_device() {
     );
     assert_passed(&out);
 }
+
+#[test]
+fn pool_memory_released_at_synchronize_leaves_the_shared_budget_there_and_then() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let r = region_at(&cache, &[256 * MIB]);
+    let env = env(&s, Some(&cache), &[("LIBVGPU_CONTEXT_MEMORY", "0")]);
+    for how in ["stream", "stream_ptsz", "ctx", "event"] {
+        let mut a = command(
+            &c_program("limits"),
+            &["poolsync", &(128 * MIB).to_string(), how],
+            &env,
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let mut lines = BufReader::new(a.stdout.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        for l in lines.by_ref().map_while(Result::ok) {
+            let done = l == "synced=1";
+            seen.push(l);
+            if done {
+                break;
+            }
+        }
+        assert_eq!(
+            seen.last().map(String::as_str),
+            Some("synced=1"),
+            "{how}: {seen:#?}"
+        );
+        // The holder is alive and synchronized: its pool's memory is back,
+        // in the ledger too, without it asking for a view.
+        assert_eq!(
+            r.device_used(0),
+            0,
+            "{how}: charge left after the synchronize"
+        );
+        let v = facts(&run(&c_program("limits"), &["view"], &env));
+        assert_eq!(
+            num(&v, "cuda.0.info_free"),
+            256 * MIB,
+            "{how}: a neighbour sees the whole budget"
+        );
+        drop(a.stdin.take());
+        seen.extend(lines.map_while(Result::ok));
+        assert!(a.wait().unwrap().success(), "{how}: {seen:#?}");
+        let passed = seen.iter().filter(|l| l.starts_with("PASS")).count();
+        assert!(
+            passed > 0
+                && seen
+                    .iter()
+                    .any(|l| *l == format!("limits: {passed} passed, 0 failed")),
+            "{how}: {seen:#?}"
+        );
+    }
+}

@@ -196,6 +196,38 @@ TABLE;
         r
     }
 
+    [Cuda, "cuStreamSynchronize", 2000, false, "memory (stream-ordered)", "after it: settle pool charges (pools release memory at synchronize)"]
+    fn cuStreamSynchronize(hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream) };
+        policy::synchronized(r);
+        r
+    }
+
+    [Cuda, "cuStreamSynchronize", 7000, true, "memory (stream-ordered)", "as cuStreamSynchronize"]
+    fn cuStreamSynchronize_ptsz(hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream) };
+        policy::synchronized(r);
+        r
+    }
+
+    [Cuda, "cuCtxSynchronize", 2000, false, "memory (stream-ordered)", "as cuStreamSynchronize"]
+    fn cuCtxSynchronize() -> CUresult |real| {
+        // SAFETY: no arguments.
+        let r = unsafe { real() };
+        policy::synchronized(r);
+        r
+    }
+
+    [Cuda, "cuEventSynchronize", 2000, false, "memory (stream-ordered)", "as cuStreamSynchronize"]
+    fn cuEventSynchronize(hEvent: CUevent) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hEvent) };
+        policy::synchronized(r);
+        r
+    }
+
     [Cuda, "cuMemCreate", 10020, false, "memory (virtual)", "reserve size for device-located handles; host-located pass through"]
     fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CUresult |real| {
         let dev = out(prop)

@@ -14,6 +14,11 @@
  *                          for stdin EOF before exiting
  *   limits threads LIMIT   8 threads allocate and free concurrently; the
  *                          ledger never passes the limit and ends at zero
+ *   limits poolsync BYTES HOW
+ *                          allocate BYTES from an own pool (release
+ *                          threshold 0), free, synchronize HOW (stream,
+ *                          stream_ptsz, ctx, event), print `synced=1`, hold
+ *                          until stdin EOF
  *
  * Usage is measured through the direct cuMemGetInfo_v2 (used = total -
  * free, the container's ledger as the interposer presents it).
@@ -78,6 +83,7 @@ typedef struct {
     CUresult (*total)(size_t *, CUdevice);
     /* Resolved only to check they are hooks (not called). */
     void *prim_release_v1, *reset_v1, *reset_v2, *ctx_v3, *launch, *launch_ptsz, *pool_create, *pool_destroy, *pool_trim;
+    void *stream_sync, *stream_sync_ptsz, *ctx_sync, *event_sync;
 } ops_t;
 
 static void *by_dlsym(const char *n) { return dlsym(g_cuda, n); }
@@ -120,7 +126,9 @@ static void resolve(ops_t *o, int route) {
         D(prim_release_v1, "cuDevicePrimaryCtxRelease"); D(reset_v1, "cuDevicePrimaryCtxReset");
         D(reset_v2, "cuDevicePrimaryCtxReset_v2"); D(ctx_v3, "cuCtxCreate_v3"); D(launch, "cuLaunchKernel");
         D(launch_ptsz, "cuLaunchKernel_ptsz"); D(pool_create, "cuMemPoolCreate"); D(pool_destroy, "cuMemPoolDestroy");
-        D(pool_trim, "cuMemPoolTrimTo");
+        D(pool_trim, "cuMemPoolTrimTo"); D(stream_sync, "cuStreamSynchronize");
+        D(stream_sync_ptsz, "cuStreamSynchronize_ptsz"); D(ctx_sync, "cuCtxSynchronize");
+        D(event_sync, "cuEventSynchronize");
 #undef D
         return;
     }
@@ -142,6 +150,9 @@ static void resolve(ops_t *o, int route) {
     P(reset_v2, "cuDevicePrimaryCtxReset", 11000); P(launch, "cuLaunchKernel", 4000);
     P(pool_create, "cuMemPoolCreate", 11020); P(pool_destroy, "cuMemPoolDestroy", 11020); P(pool_trim, "cuMemPoolTrimTo", 11020);
     *(void **)&o->launch_ptsz = by_proc("cuLaunchKernel", nv ? 12090 : 7000, PTSZ);
+    P(stream_sync, "cuStreamSynchronize", 2000); P(ctx_sync, "cuCtxSynchronize", 2000);
+    P(event_sync, "cuEventSynchronize", 2000);
+    *(void **)&o->stream_sync_ptsz = by_proc("cuStreamSynchronize", nv ? 12090 : 7000, PTSZ);
 #undef P
     if (nv)
         *(void **)&o->ctx_v4 = by_proc("cuCtxCreate", 12090, 0);
@@ -416,6 +427,48 @@ static void fill(size_t limit) {
     }
 }
 
+/* The pool gives its memory back at the synchronize; the charge must
+ * follow there and then, for the other processes sharing the budget. */
+static void poolsync(size_t bytes, const char *how) {
+    CUdevice dev = 0;
+    cuCtxGetDevice(&dev);
+    CUmemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pp.location.id = dev;
+    CUmemoryPool pool = NULL;
+    CUdeviceptr d = 0;
+    CUstream s = NULL;
+    CUevent ev = NULL;
+    if (!OK_CU(cuMemPoolCreate, &pool, &pp) || !OK_CU(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING) ||
+        !OK_CU(cuEventCreate, &ev, 0))
+        return;
+    OK_CU(cuMemAllocFromPoolAsync, &d, bytes, pool, s);
+    OK_CU(cuMemFreeAsync, d, s);
+    if (!strcmp(how, "stream"))
+        OK_CU(cuStreamSynchronize, s);
+    else if (!strcmp(how, "stream_ptsz")) {
+        CUresult (*f)(CUstream) = NULL;
+        *(void **)&f = by_proc("cuStreamSynchronize", 12090, PTSZ);
+        CHECK(f && is_ours((void *)f), "cuStreamSynchronize_ptsz resolves to the hook");
+        if (f)
+            CHECK(f(s) == CUDA_SUCCESS, "cuStreamSynchronize_ptsz");
+    } else if (!strcmp(how, "ctx"))
+        OK_CU(cuCtxSynchronize);
+    else if (!strcmp(how, "event")) {
+        OK_CU(cuEventRecord, ev, s);
+        OK_CU(cuEventSynchronize, ev);
+    } else
+        CHECK(0, "unknown synchronize %s", how);
+    printf("synced=1\n");
+    fflush(stdout);
+    char c;
+    while (read(0, &c, 1) > 0) {
+    }
+    cuMemPoolDestroy(pool);
+}
+
 static void grab(size_t chunk) {
     char c;
     if (read(0, &c, 1) != 1)
@@ -650,6 +703,8 @@ int main(int argc, char **argv) {
         threads(arg);
     else if (!strcmp(argv[1], "fork"))
         forked(arg);
+    else if (!strcmp(argv[1], "poolsync"))
+        poolsync(arg, argc > 3 ? argv[3] : "");
     else {
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;
