@@ -142,17 +142,21 @@ struct LibState {
     once: Once,
     ready: AtomicBool,
     handle: AtomicPtr<c_void>,
+    /// Every hook of the library has been looked up (`resolve_all`).
+    resolved: AtomicBool,
 }
 
 static CUDA: LibState = LibState {
     once: Once::new(),
     ready: AtomicBool::new(false),
     handle: AtomicPtr::new(std::ptr::null_mut()),
+    resolved: AtomicBool::new(false),
 };
 static NVML: LibState = LibState {
     once: Once::new(),
     ready: AtomicBool::new(false),
     handle: AtomicPtr::new(std::ptr::null_mut()),
+    resolved: AtomicBool::new(false),
 };
 
 thread_local! {
@@ -169,9 +173,13 @@ fn state(lib: Lib) -> &'static LibState {
     }
 }
 
-/// Loads the real library once (`RTLD_NOW | RTLD_NODELETE`) and fills every
-/// real-pointer slot of its hooks by exact versioned name. False when the
-/// library is missing (logged once) or when called re-entrantly from that load.
+/// Loads the real library once (`RTLD_NOW | RTLD_NODELETE`). Its hooks'
+/// real-pointer slots fill lazily, each at its first call (`real`), or all
+/// at once when a route must compare against every one (`resolve_all`):
+/// `cuInit` then costs one `dlsym`, not one per hook (each a walk of the
+/// driver's symbol tables, page faults included, in a fresh process). False
+/// when the library is missing (logged once) or when called re-entrantly
+/// from that load.
 pub fn ensure(lib: Lib) -> bool {
     let st = state(lib);
     if st.ready.load(Ordering::Acquire) {
@@ -201,30 +209,56 @@ fn load(lib: Lib, st: &LibState) {
         }
     };
     st.handle.store(h, Ordering::Release);
-    let mut missing = 0;
-    for hk in all().filter(|hk| hk.lib == lib) {
-        let Ok(cname) = std::ffi::CString::new(hk.name) else {
-            continue;
-        };
-        let p = sys::lookup(h, &cname);
-        if p == (hk.export)() {
-            // The "driver" resolved to ourselves: never forward into a loop.
-            crate::error!(
-                "{} resolves to libvgpu.so itself; refusing to forward",
-                hk.name
-            );
-            continue;
-        }
-        if p.is_null() {
-            missing += 1;
-        }
+    crate::debug!("loaded {}", lib.soname().to_string_lossy());
+    st.ready.store(true, Ordering::Release);
+}
+
+/// Looks `hk` up in its loaded library by exact versioned name and fills its
+/// slot; null when the driver lacks it (or resolves to ourselves).
+fn resolve(hk: &HookInfo, h: *mut c_void) -> *mut c_void {
+    let mut buf = [0u8; 128];
+    let n = hk.name.len();
+    if n >= buf.len() {
+        return std::ptr::null_mut();
+    }
+    buf[..n].copy_from_slice(hk.name.as_bytes());
+    let Ok(cname) = CStr::from_bytes_with_nul(&buf[..=n]) else {
+        return std::ptr::null_mut();
+    };
+    let mut p = sys::lookup(h, cname);
+    if p == (hk.export)() {
+        // The "driver" resolved to ourselves: never forward into a loop.
+        crate::error!(
+            "{} resolves to libvgpu.so itself; refusing to forward",
+            hk.name
+        );
+        p = std::ptr::null_mut();
+    }
+    if !p.is_null() {
         hk.real.store(p, Ordering::Release);
     }
+    p
+}
+
+/// Fills every hook slot of `lib` if the library is loaded (routes compare
+/// a driver pointer against all of them). Does nothing before the load.
+pub fn resolve_all(lib: Lib) {
+    let st = state(lib);
+    if st.resolved.load(Ordering::Acquire) || !st.ready.load(Ordering::Acquire) {
+        return;
+    }
+    let h = st.handle.load(Ordering::Acquire);
+    let mut missing = 0;
+    for hk in all().filter(|hk| hk.lib == lib) {
+        if hk.real.load(Ordering::Acquire).is_null() && resolve(hk, h).is_null() {
+            missing += 1;
+        }
+    }
     crate::debug!(
-        "loaded {} ({missing} hooked names absent there)",
+        "resolved the hooks of {} ({missing} hooked names absent there)",
         lib.soname().to_string_lossy()
     );
-    st.ready.store(true, Ordering::Release);
+    st.resolved.store(true, Ordering::Release);
 }
 
 /// The loaded library's handle (null when not loaded).
@@ -232,15 +266,13 @@ pub fn handle(lib: Lib) -> *mut c_void {
     state(lib).handle.load(Ordering::Acquire)
 }
 
-/// The typed real function behind `slot`, loading its library on first use.
+/// The typed real function behind `slot`, loading its library and looking
+/// the symbol up on first use.
 #[inline]
 pub fn real<F: Copy>(slot: &AtomicPtr<c_void>, lib: Lib) -> Option<F> {
     let mut p = slot.load(Ordering::Acquire);
     if p.is_null() {
-        if !ensure(lib) {
-            return None;
-        }
-        p = slot.load(Ordering::Acquire);
+        p = resolve_slot(slot, lib);
         if p.is_null() {
             return None;
         }
@@ -250,6 +282,22 @@ pub fn real<F: Copy>(slot: &AtomicPtr<c_void>, lib: Lib) -> Option<F> {
     // exact versioned symbol, and `p` is that symbol in the driver; function
     // pointers and data pointers have one size and representation here.
     Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+#[cold]
+fn resolve_slot(slot: &AtomicPtr<c_void>, lib: Lib) -> *mut c_void {
+    if !ensure(lib) {
+        return std::ptr::null_mut();
+    }
+    let p = slot.load(Ordering::Acquire);
+    let st = state(lib);
+    if !p.is_null() || st.resolved.load(Ordering::Acquire) {
+        return p;
+    }
+    match all().find(|hk| std::ptr::eq(hk.real, slot)) {
+        Some(hk) => resolve(hk, st.handle.load(Ordering::Acquire)),
+        None => std::ptr::null_mut(),
+    }
 }
 
 /// Test-only (feature `failpoints`): panics when `LIBVGPU_FAILPOINT_PANIC`
@@ -309,7 +357,11 @@ pub unsafe fn route_dlsym(name: *const c_char, found: *mut c_void) -> *mut c_voi
     if !ensure(hk.lib) {
         return found;
     }
-    if found == hk.real.load(Ordering::Acquire) {
+    let mut real = hk.real.load(Ordering::Acquire);
+    if real.is_null() {
+        real = resolve_slot(hk.real, hk.lib);
+    }
+    if found == real {
         (hk.export)()
     } else {
         found
@@ -354,6 +406,8 @@ pub fn route_proc(symbol: &str, found: *mut c_void, version: i32, flags: u64) ->
     if same_name.peek().is_none() {
         return found;
     }
+    // The comparisons below need every hook's driver pointer.
+    resolve_all(Lib::Cuda);
     let mut known = false;
     for hk in same_name {
         let real = hk.real.load(Ordering::Acquire);
