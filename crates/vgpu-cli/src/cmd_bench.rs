@@ -58,9 +58,101 @@ pub struct InitArgs {
     /// Seed of the randomized condition order (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
+    /// vgpu mode: resolve the host PID inside cuInit (`LIBVGPU_IDENTITY=eager`)
+    /// with only this tier, to measure its cost on the path: broker (a
+    /// broker is served for the run), procfs (the host's /proc), probe (the
+    /// NVML probe, lock in the run's temp dir). Default: identity stays off
+    /// the cuInit path (lazy).
+    #[arg(long)]
+    identity: Option<IdentityTier>,
     /// Test hook: these worker indices abort right after the release.
     #[arg(long, value_delimiter = ',', hide = true)]
     crash_worker: Vec<usize>,
+}
+
+/// A tier `--identity` forces.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum IdentityTier {
+    Broker,
+    Procfs,
+    Probe,
+}
+
+/// What `--identity` set up for the run: the workers' environment and, for
+/// the broker tier, a broker served on a thread until drop.
+struct IdentitySetup {
+    env: Vec<(String, String)>,
+    broker: Option<(
+        vgpu_identity::server::ShutdownHandle,
+        std::thread::JoinHandle<()>,
+    )>,
+    dir: PathBuf,
+}
+
+impl IdentitySetup {
+    fn start(tier: IdentityTier) -> anyhow::Result<IdentitySetup> {
+        // Root-owned 0700 directory: what the broker client demands of the
+        // socket's parent.
+        let dir = std::env::temp_dir().join(format!(
+            "vgpu-bench-identity-{}-{}",
+            std::process::id(),
+            vgpu_region::monotonic_ns()
+        ));
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let mut env = vec![("LIBVGPU_IDENTITY".to_string(), "eager".to_string())];
+        let mut broker = None;
+        let name = match tier {
+            IdentityTier::Broker => {
+                let socket = dir.join("hostpid.sock");
+                let b = vgpu_identity::server::Broker::bind(vgpu_identity::server::BrokerConfig {
+                    socket: socket.clone(),
+                    ..Default::default()
+                })
+                .with_context(|| format!("cannot serve a broker on {}", socket.display()))?;
+                let stop = b.shutdown_handle();
+                let t = std::thread::spawn(move || {
+                    if let Err(e) = b.serve() {
+                        eprintln!("vgpu bench init: broker stopped: {e}");
+                    }
+                });
+                broker = Some((stop, t));
+                env.push((
+                    "LIBVGPU_HOSTPID_BROKER".into(),
+                    socket.display().to_string(),
+                ));
+                "broker"
+            }
+            IdentityTier::Procfs => {
+                env.push(("LIBVGPU_HOST_PROCFS".into(), "/proc".into()));
+                "procfs"
+            }
+            IdentityTier::Probe => {
+                env.push((
+                    "LIBVGPU_HOSTPID_LOCK".into(),
+                    dir.join("hostpid.lock").display().to_string(),
+                ));
+                "probe"
+            }
+        };
+        env.push(("LIBVGPU_IDENTITY_TIERS".into(), name.into()));
+        Ok(IdentitySetup { env, broker, dir })
+    }
+}
+
+impl Drop for IdentitySetup {
+    fn drop(&mut self) {
+        if let Some((stop, t)) = self.broker.take() {
+            stop.shutdown();
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 pub fn run(cmd: BenchCmd) -> anyhow::Result<ExitCode> {
@@ -92,6 +184,19 @@ fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
     });
+    let identity = a.identity.map(IdentitySetup::start).transpose()?;
+    let mut env = driver.env();
+    if let Some(id) = &identity {
+        eprintln!(
+            "vgpu bench init: identity forced inside cuInit: {}",
+            id.env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        env.extend(id.env.iter().cloned());
+    }
     let cfg = sweep::SweepConfig {
         modes,
         workers,
@@ -99,7 +204,7 @@ fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
         then: a.then,
         resolve: a.resolve,
         worker_exe,
-        env: driver.env(),
+        env,
         timeout: Duration::from_secs(a.timeout_s),
         seed,
         crash: a.crash_worker.clone(),
@@ -120,6 +225,7 @@ fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
     write(&a.json, report::json(&rep))?;
     write(&a.raw, report::raw_csv(&rep))?;
     write(&a.plot, plot::svg(&rep))?;
+    drop(identity);
     drop(driver);
     let failed = rep.total_failed();
     if failed > 0 {
