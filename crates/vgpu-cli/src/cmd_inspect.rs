@@ -55,6 +55,28 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// A slot's identity failure code with its stable name (`-` for none).
+fn failure(code: u32) -> String {
+    match u16::try_from(code) {
+        Ok(0) => "-".into(),
+        Ok(c) => vgpu_identity::FailureCode(c).to_string(),
+        Err(_) => format!("UNKNOWN ({code})"),
+    }
+}
+
+/// For a device with an SM limit: how many live slots still lack their
+/// host PID (the limit stays configured; the limiter needs the join).
+fn identity_note(s: &Snapshot) -> String {
+    let count = |st: &str| s.slots.iter().filter(|sl| sl.identity.state == st).count();
+    let (failed, pending) = (count("Failed"), count("Pending"));
+    match (failed, pending) {
+        (0, 0) => String::new(),
+        _ => {
+            format!(" (host PID identity: {failed} slot(s) failed, {pending} pending; limit kept)")
+        }
+    }
+}
+
 fn limit(mem: u64) -> String {
     if mem == 0 {
         "none".into()
@@ -101,11 +123,12 @@ pub fn render_with(s: &Snapshot, note: &dyn Fn(&SlotSnapshot) -> &'static str) -
         h.creator_pid
     );
     let _ = writeln!(o, "devices:");
+    let id_note = identity_note(s);
     for d in &s.devices {
         let sm = if d.limits.sm == 0 {
             "none".to_string()
         } else {
-            format!("{}%", d.limits.sm)
+            format!("{}%{id_note}", d.limits.sm)
         };
         let _ = writeln!(
             o,
@@ -133,7 +156,7 @@ pub fn render_with(s: &Snapshot, note: &dyn Fn(&SlotSnapshot) -> &'static str) -
         let n = note(sl);
         let _ = writeln!(
             o,
-            "  #{} {}{} pid {} host pid {} start {} pidns {}  identity {} {} (attempts {}, failure {}, {} ns)  run {}",
+            "  #{} {}{} pid {} host pid {} start {} pidns {}  identity {} {} (attempts {}, failure {}, {} us)  run {}",
             sl.index,
             sl.state,
             if n.is_empty() { String::new() } else { format!(" ({n})") },
@@ -144,8 +167,8 @@ pub fn render_with(s: &Snapshot, note: &dyn Fn(&SlotSnapshot) -> &'static str) -
             sl.identity.tier,
             sl.identity.state,
             sl.identity.attempts,
-            sl.identity.failure,
-            sl.identity.duration_ns,
+            failure(sl.identity.failure),
+            sl.identity.duration_ns / 1000,
             sl.run_status
         );
         for d in &sl.devices {
@@ -227,7 +250,22 @@ mod tests {
         r.reserve(s, 0, MemKind::Context, 1 << 20).unwrap();
         let slot = r.slot(s);
         slot.set_host_pid(424242);
-        slot.set_identity(IdentityTier::Broker, IdentityState::Resolved, 2, 0, 1500);
+        slot.set_identity(
+            IdentityTier::Broker,
+            IdentityState::Resolved,
+            2,
+            0,
+            1_500_000,
+        );
+        // A second process whose every tier failed: visible, limit kept.
+        let s2 = r.register().unwrap();
+        r.slot(s2).set_identity(
+            IdentityTier::HostProcfs,
+            IdentityState::Failed,
+            4,
+            201,
+            9000,
+        );
         slot.set_phase(Phase::WrapperEnter, 1_000_000);
         slot.set_phase(Phase::WrapperExit, 3_000_000);
         slot.bump_fallback(Fallback::BadSetting);
@@ -241,7 +279,9 @@ mod tests {
             "SM limit 40%",
             "used 4.0 MiB",
             &format!("live (owner running) pid {pid} host pid 424242"),
-            "identity Broker Resolved (attempts 2",
+            "identity Broker Resolved (attempts 2, failure -, 1500 us)",
+            "identity HostProcfs Failed (attempts 4, failure PROCFS_READ (201), 9 us)",
+            "SM limit 40% (host PID identity: 1 slot(s) failed, 0 pending; limit kept)",
             "data 3145728",
             "context 1048576",
             "WrapperEnter +0us",
