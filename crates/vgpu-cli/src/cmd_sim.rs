@@ -150,6 +150,22 @@ fn start_daemon(dir: &Path, a: &EnvArgs, cfg: &SimConfig) -> anyhow::Result<()> 
         .stdout(Stdio::null())
         .stderr(log)
         .process_group(0);
+    // Descriptors the caller inherited to us (a `tee`, a process
+    // substitution) must not live on in the daemon, or whoever reads that
+    // pipe waits for the daemon to exit. CLOEXEC rather than close, so
+    // std's own exec-error pipe keeps working.
+    // SAFETY: the closure runs between fork and exec and only makes one
+    // async-signal-safe syscall; its failure (old kernel) is harmless.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::close_range(
+                3,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
+            );
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().context("starting the sim daemon")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
