@@ -12,7 +12,11 @@ mod cmd_run;
 mod cmd_sim;
 
 #[derive(Parser)]
-#[command(name = "vgpu", version, about = "GPU sharing: memory budgets and SM shares per container")]
+#[command(
+    name = "vgpu",
+    version,
+    about = "GPU sharing: memory budgets and SM shares per container"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -378,6 +378,9 @@ mod layout {
         let r = CUresult(12345);
         assert_eq!(r.name(), None);
         assert_eq!(format!("{r:?}"), "CUresult(12345)");
-        assert_eq!(CUresult::CUDA_ERROR_OUT_OF_MEMORY.name(), Some("CUDA_ERROR_OUT_OF_MEMORY"));
+        assert_eq!(
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY.name(),
+            Some("CUDA_ERROR_OUT_OF_MEMORY")
+        );
     }
 }
