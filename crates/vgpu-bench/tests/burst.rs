@@ -328,6 +328,59 @@ fn vgpu_phase_vectors_are_monotonic_and_in_the_report() {
 }
 
 #[test]
+fn eager_identity_runs_inside_cuinit_and_is_counted_by_tier() {
+    // What `vgpu bench init --identity probe|procfs` sets: identity inside
+    // cuInit with one forced tier. Lazy runs (the test above) have no
+    // post-init waits; these have one per worker, with each slot resolved.
+    let lib = artifact("libvgpu.so");
+    let sim = sim("zero");
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("hostpid.lock").display().to_string();
+    let mut tiers = vec![(
+        "probe",
+        ("LIBVGPU_HOSTPID_LOCK", lock.as_str()),
+        "NvmlProbe",
+    )];
+    // /proc is the host's procfs only in the initial PID namespace.
+    let initial_ns = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).ok() == Some(0xEFFF_FFFC)
+    };
+    if initial_ns {
+        tiers.push(("procfs", ("LIBVGPU_HOST_PROCFS", "/proc"), "HostProcfs"));
+    }
+    for (tier, extra, want) in tiers {
+        let mut c = cfg(Mode::Vgpu { lib: lib.clone() }, 8, &sim);
+        c.env.push(("LIBVGPU_IDENTITY".into(), "eager".into()));
+        c.env.push(("LIBVGPU_IDENTITY_TIERS".into(), tier.into()));
+        c.env.push((extra.0.into(), extra.1.into()));
+        let res = harness::run(&c).expect("run");
+        assert_eq!((res.summary.ok, res.summary.failed), (8, 0), "{tier}");
+        let region = res.region.clone().expect("vgpu mode reads the region");
+        assert_eq!(region.post_init_waits, 8, "{tier}: {region:?}");
+        assert_eq!(
+            region.by_identity_tier.get(want),
+            Some(&8),
+            "{tier}: {region:?}"
+        );
+        assert_eq!(
+            region.by_identity_state.get("Resolved"),
+            Some(&8),
+            "{tier}: {region:?}"
+        );
+        assert_eq!(region.phases_monotonic, 8, "{tier}: {region:?}");
+        for w in &res.workers {
+            let p = w.phases_ns.expect("phase vector");
+            // identity enter/exit between the real cuInit and post-init exit.
+            assert!(
+                p[5] <= p[6] && p[6] <= p[7] && p[7] <= p[8],
+                "{tier}: {p:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn legacy_probe_serializes_its_probe_and_finds_each_host_pid() {
     let lib = artifact("libvgpu_legacy_probe.so");
     let sim = sim("zero");

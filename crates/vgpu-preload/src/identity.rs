@@ -253,6 +253,9 @@ pub fn before_context(dev: i32) {
 
 #[cold]
 fn before_first_context(dev: i32) {
+    // Registers the fork handler before HOLDS_CONTEXT changes (a forked
+    // child holds no context).
+    let _ = settings();
     if let Some(p) = crate::state::attached() {
         if p.sm_limited && STATE.load(Ordering::Acquire) == NOT_STARTED {
             resolve(p, Trigger::FirstContext(dev.max(0) as u32), NOT_STARTED);
