@@ -41,7 +41,7 @@ pub use layout::{FormatError, HeaderInfo};
 #[cfg(not(loom))]
 pub use region::{
     CreateOptions, DeviceConfig, LimitMismatch, Region, RegionError, SlotId, SlotOwner, SlotRef,
-    DEFAULT_LOCK_WAIT,
+    DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV,
 };
 #[cfg(not(loom))]
 pub use snapshot::{DeviceSnapshot, IdentitySnapshot, SlotDeviceSnapshot, SlotSnapshot, Snapshot};

@@ -154,6 +154,10 @@ pub enum RegionError {
     },
 }
 
+/// Test builds only (feature `failpoints`): set, creators use the named
+/// temporary file instead of `O_TMPFILE`, as on a filesystem without it.
+pub const NO_TMPFILE_ENV: &str = "VGPU_REGION_NO_TMPFILE";
+
 /// How long `open`/`open_or_create` wait for another process's creation.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
 
@@ -388,11 +392,18 @@ impl Region {
             _ => Path::new("."),
         };
         let mode = rustix::fs::Mode::from_raw_mode(0o666);
-        let tmp = rustix::fs::open(
-            dir,
-            rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
-            mode,
-        );
+        // Test builds can force the fallback (`VGPU_REGION_NO_TMPFILE`).
+        let tmp = if cfg!(feature = "failpoints") && std::env::var_os(NO_TMPFILE_ENV).is_some() {
+            Err(rustix::io::Errno::OPNOTSUPP)
+        } else {
+            rustix::fs::open(
+                dir,
+                rustix::fs::OFlags::TMPFILE
+                    | rustix::fs::OFlags::RDWR
+                    | rustix::fs::OFlags::CLOEXEC,
+                mode,
+            )
+        };
         let (f, named) = match tmp {
             Ok(fd) => (File::from(fd), None),
             // Filesystems (or kernels) without O_TMPFILE.

@@ -243,6 +243,45 @@ fn kill_creator_mid_init() {
     assert_eq!(strays(dir.path(), &keep), Vec::<String>::new());
 }
 
+/// Where the filesystem lacks `O_TMPFILE` the creator builds a dot-named
+/// temporary and links it: a finished creation leaves only the region, a
+/// creator killed mid-init leaves nothing at the path (its temporary stays,
+/// named after it) and the next creator does not wait for it.
+#[test]
+fn named_temporary_fallback_publishes_whole_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("region");
+    let mut c = worker();
+    c.arg("script").arg(&path).arg("create:16:1000000,register");
+    c.env(vgpu_region::NO_TMPFILE_ENV, "1");
+    c.stdout(std::process::Stdio::null());
+    assert!(c.status().unwrap().success());
+    assert_eq!(strays(dir.path(), &[path.as_path()]), Vec::<String>::new());
+    let r = Region::open(&path).unwrap();
+    assert_eq!(r.slot_count(), 16);
+    assert_eq!(r.limits(0).mem, 1_000_000);
+
+    let path2 = dir.path().join("region2");
+    let mut c = worker();
+    c.arg("script").arg(&path2).arg("create:16:1000000");
+    c.env(vgpu_region::NO_TMPFILE_ENV, "1");
+    c.env(vgpu_region::failpoint::ENV, "create.mid_init:die");
+    c.stdout(std::process::Stdio::null());
+    let mut k = c.spawn().unwrap();
+    assert_killed(&mut k);
+    assert!(!path2.exists(), "a half-built region was published");
+    let left = strays(dir.path(), &[path.as_path()]);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        left[0].contains(".region2.") && left[0].ends_with(".tmp"),
+        "{left:?}"
+    );
+    let (r2, m) = Region::open_or_create_with(&path2, &opts(), Duration::from_millis(50)).unwrap();
+    assert!(m.is_empty(), "{m:?}");
+    assert_eq!(r2.slot_count(), 32);
+    newcomer(&path2);
+}
+
 /// A file of the previous protocol (initialized in place under a flock)
 /// whose creator died half-way is still repaired by the next creator and
 /// refused by plain openers; a stopped in-place creator bounds the wait.
