@@ -233,9 +233,13 @@ struct BrokerProc {
 
 impl BrokerProc {
     fn start() -> BrokerProc {
-        let vgpu = vgpu_sim::locate_artifact("vgpu").expect("vgpu built (cargo build -p vgpu)");
         // tempdir: root-owned, 0700, as the client requires of the parent.
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap())
+    }
+
+    /// Serves `<dir>/hostpid.sock`.
+    fn start_in(dir: tempfile::TempDir) -> BrokerProc {
+        let vgpu = vgpu_sim::locate_artifact("vgpu").expect("vgpu built (cargo build -p vgpu)");
         let socket = dir.path().join("hostpid.sock");
         let child = Command::new(vgpu)
             .arg("broker")
@@ -635,4 +639,55 @@ fn eager_runs_inside_cuinit_and_lazy_without_sm_limit_is_not_needed() {
     assert_eq!(phase(l, "IdentityEnter"), 0);
     eager.finish();
     lazy.finish();
+}
+
+#[test]
+fn a_failed_identity_recovers_on_a_later_launch_when_the_broker_appears() {
+    let c = Container::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("hostpid.sock").display().to_string();
+    let env = c.env(
+        true,
+        &[
+            ("LIBVGPU_IDENTITY_TIERS", "broker"),
+            ("LIBVGPU_HOSTPID_BROKER", &sock),
+            ("LIBCUDA_LOG_LEVEL", "3"),
+        ],
+    );
+    let mut w = Worker::spawn(
+        &[],
+        "init,ctx,launch,report,wait,sleep1100,launch,report,hold",
+        &env,
+    );
+    let pid: u32 = w.result()["pid"].parse().unwrap();
+    let slot = |c: &Container| {
+        snapshot(&c.cache())
+            .slots
+            .into_iter()
+            .find(|s| s.pid == pid)
+            .unwrap()
+    };
+    let first = slot(&c);
+    assert_eq!(first.identity.state, "Failed", "{first:?}");
+    assert_eq!(
+        first.identity.failure,
+        u32::from(vgpu_identity::FailureCode::BROKER_MISSING.0)
+    );
+    assert_eq!(first.identity.attempts, 1);
+    // The node's broker comes up; the next launch past the backoff retries.
+    let _b = BrokerProc::start_in(dir);
+    w.go();
+    w.result();
+    let second = slot(&c);
+    assert_eq!(second.identity.state, "Resolved", "{second:?}");
+    assert_eq!(second.identity.tier, "Broker");
+    assert_eq!(second.identity.attempts, 2, "cumulative over the retry");
+    assert_eq!(second.identity.failure, 0);
+    assert_eq!(second.host_pid, pid, "a host process: its own PID");
+    let err = w.finish();
+    assert_eq!(err.matches("host PID unknown").count(), 1, "{err}");
+    assert!(
+        err.contains("found by tier broker after 2 attempt(s)"),
+        "{err}"
+    );
 }
