@@ -296,9 +296,14 @@ pub fn alloc_async(
     let have = pc.charged + need;
     if after > have {
         if l.reserve(dev, DATA, after - have).is_err() {
+            // The pool grew past what was admitted (its unused memory was
+            // less than reserved − used, e.g. rounding) and the budget has
+            // no room for the rest: undo, and trim what the pool took
+            // beyond its charge so the driver holds no more than the ledger.
             pc.charged = have;
             drop(t);
             undo(ptr);
+            crate::hooks::cuda::pool_trim_raw(pool, have);
             settle_pool(p, l, key);
             return refuse(l, dev, "stream-ordered allocation", bytes as u64);
         }

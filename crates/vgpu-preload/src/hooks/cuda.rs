@@ -382,3 +382,16 @@ fn free_async_raw(p: CUdeviceptr, stream: CUstream) {
         unsafe { f(p, stream) };
     }
 }
+
+/// Gives back a pool's unused memory above `keep` bytes (the real
+/// `cuMemPoolTrimTo`): after a refused growth, memory the pool took past
+/// the budget must not stay reserved.
+pub(crate) fn pool_trim_raw(pool: CUmemoryPool, keep: u64) {
+    if let Some(f) =
+        crate::hooks::real::<cuMemPoolTrimTo::Fn>(&cuMemPoolTrimTo::REAL, crate::hooks::Lib::Cuda)
+    {
+        // SAFETY: a live pool handle the application passed to the
+        // allocation that was just refused; trimming only frees unused memory.
+        unsafe { f(pool, usize::try_from(keep).unwrap_or(usize::MAX)) };
+    }
+}

@@ -264,6 +264,32 @@ static void own_pool(const ops_t *op, size_t limit, CUdevice dev, size_t base) {
     CHECK(o.free_async(d, 0) == CUDA_SUCCESS, "%s: free of the last allocation", o.name);
     cuStreamSynchronize(0);
     EXPECT_USED(base, 0, 0, "last allocation of a destroyed pool freed");
+
+    /* At the budget's edge the pool may need more than reserved − used
+     * promised (it rounds each allocation up): the refused growth leaves
+     * the pool holding no more than it is charged for. */
+    pool = NULL;
+    CHECK(create(&pool, &pp) == CUDA_SUCCESS && pool, "%s: cuMemPoolCreate (edge)", o.name);
+    OK_CU(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    CHECK(o.from_pool(&d, 1 * MiB, pool, 0) == CUDA_SUCCESS, "%s: 1 MiB from the pool", o.name);
+    size_t charged = used_now() - base;
+    cuuint64_t res = 0;
+    OK_CU(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res);
+    CHECK(charged == res, "%s: the pool's charge is its reserved memory (%zu, %llu)", o.name, charged,
+          (unsigned long long)res);
+    CHECK(o.alloc(&e, limit - used_now()) == CUDA_SUCCESS, "%s: the rest of the budget", o.name);
+    CUdeviceptr d2 = 0;
+    CHECK(o.from_pool(&d2, 1 * MiB, pool, 0) == CUDA_ERROR_OUT_OF_MEMORY, "%s: growth at the edge is refused",
+          o.name);
+    OK_CU(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res);
+    CHECK(res <= charged, "%s: the refused growth left the pool within its charge (%llu <= %zu)", o.name,
+          (unsigned long long)res, charged);
+    CHECK(used_now() == limit, "%s: the budget is exactly full (%zu)", o.name, used_now());
+    o.free_(e);
+    o.free_async(d, 0);
+    cuStreamSynchronize(0);
+    CHECK(destroy(pool) == CUDA_SUCCESS, "%s: cuMemPoolDestroy (edge)", o.name);
+    EXPECT_USED(base, 0, 0, "edge pool destroyed");
 }
 
 static void routes(size_t limit, CUdevice dev) {
