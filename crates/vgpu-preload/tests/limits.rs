@@ -402,3 +402,77 @@ fn pool_memory_released_at_synchronize_leaves_the_shared_budget_there_and_then()
         );
     }
 }
+
+#[test]
+fn two_processes_growing_own_pools_never_exceed_the_shared_budget() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let limit = 256 * MIB;
+    // 3 MiB: each allocation takes 4 MiB of pool (the sim rounds to 2 MiB),
+    // more than reserved − used promises, so admission settles after the
+    // driver's answer, racing the other process.
+    let chunk = 3 * MIB;
+    let r = region_at(&cache, &[limit]);
+    let env = env(&s, Some(&cache), &[("LIBVGPU_CONTEXT_MEMORY", "0")]);
+    let sim_state = s.state().unwrap();
+    for round in 0..3 {
+        let mut kids: Vec<_> = (0..2)
+            .map(|_| {
+                command(
+                    &c_program("limits"),
+                    &["grab", &chunk.to_string(), "pool"],
+                    &env,
+                )
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+            })
+            .collect();
+        for k in &mut kids {
+            k.stdin.as_mut().unwrap().write_all(b"g").unwrap();
+        }
+        let (mut grabbed, mut reserved) = (0, 0);
+        let mut readers = Vec::new();
+        for k in &mut kids {
+            let mut lines = BufReader::new(k.stdout.take().unwrap()).lines();
+            for l in lines.by_ref().map_while(Result::ok) {
+                if let Some(v) = l.strip_prefix("reserved=") {
+                    reserved += v.parse::<u64>().unwrap();
+                }
+                if let Some(v) = l.strip_prefix("grabbed=") {
+                    grabbed += v.parse::<u64>().unwrap();
+                    break;
+                }
+            }
+            readers.push(lines);
+        }
+        let used = r.device_used(0);
+        assert!(used <= limit, "round {round}: ledger {used} > {limit}");
+        assert!(
+            reserved <= limit,
+            "round {round}: pools hold {reserved} > {limit}"
+        );
+        assert_eq!(
+            sim_state.used_bytes(0),
+            reserved,
+            "round {round}: the driver holds what the pools report"
+        );
+        assert_eq!(
+            used, reserved,
+            "round {round}: the ledger is the pools' memory"
+        );
+        // Each 3 MiB takes 4 MiB: together they fill the budget but for at
+        // most one allocation's worth per process.
+        assert!(
+            reserved > limit - 2 * 4 * MIB && grabbed == reserved / 4 * 3,
+            "round {round}: grabbed {grabbed}, reserved {reserved}"
+        );
+        for mut k in kids {
+            drop(k.stdin.take());
+            assert!(k.wait().unwrap().success());
+        }
+        assert_eq!(r.device_used(0), 0, "round {round}: exits released both");
+    }
+}

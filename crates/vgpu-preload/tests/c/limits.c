@@ -6,8 +6,10 @@
  *   limits routes LIMIT    every policy hook through each escape route
  *                          (direct, dlsym, cuGetProcAddress_v2 old/new)
  *   limits fill LIMIT      to the limit, one byte more (OOM), free, again
- *   limits grab CHUNK      wait for a byte on stdin, allocate CHUNKs until
- *                          refused, print the total, hold until stdin EOF
+ *   limits grab CHUNK [pool]
+ *                          wait for a byte on stdin, allocate CHUNKs until
+ *                          refused (from an own pool that keeps its memory
+ *                          with `pool`), print the total, hold until stdin EOF
  *   limits fork CHUNK      allocate, fork; the child allocates on its own
  *   limits view            cuMemGetInfo/cuDeviceTotalMem per device, NVML view
  *   limits nvml [HOLD]     the NVML view only (no CUDA call); HOLD=1 waits
@@ -495,14 +497,36 @@ static void poolsync(size_t bytes, const char *how) {
     cuMemPoolDestroy(pool);
 }
 
-static void grab(size_t chunk) {
+/* With `pool`: from a pool of its own that keeps what it reserves
+ * (release threshold max); also prints the pool's reserved memory. */
+static void grab(size_t chunk, const char *mode) {
+    int from_pool = !strcmp(mode, "pool");
+    CUmemoryPool pool = NULL;
+    if (from_pool) {
+        CUdevice dev = 0;
+        cuCtxGetDevice(&dev);
+        CUmemPoolProps pp;
+        memset(&pp, 0, sizeof pp);
+        pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        pp.location.id = dev;
+        cuuint64_t keep = ~0ull;
+        if (!OK_CU(cuMemPoolCreate, &pool, &pp) ||
+            !OK_CU(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep))
+            return;
+    }
     char c;
     if (read(0, &c, 1) != 1)
         return;
     size_t got = 0;
     CUdeviceptr d;
-    while (cuMemAlloc(&d, chunk) == CUDA_SUCCESS)
+    while ((from_pool ? cuMemAllocFromPoolAsync(&d, chunk, pool, 0) : cuMemAlloc(&d, chunk)) == CUDA_SUCCESS)
         got += chunk;
+    if (from_pool) {
+        cuuint64_t res = 0;
+        OK_CU(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res);
+        printf("reserved=%llu\n", (unsigned long long)res);
+    }
     printf("grabbed=%zu\n", got);
     fflush(stdout);
     while (read(0, &c, 1) > 0) {
@@ -722,7 +746,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "fill"))
         fill(arg);
     else if (!strcmp(argv[1], "grab"))
-        grab(arg);
+        grab(arg, argc > 3 ? argv[3] : "");
     else if (!strcmp(argv[1], "twodev"))
         twodev(arg);
     else if (!strcmp(argv[1], "threads"))
