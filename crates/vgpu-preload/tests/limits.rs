@@ -327,22 +327,24 @@ fn non_cuda_programs_are_untouched() {
 #[test]
 fn allocations_are_charged_to_the_current_contexts_device() {
     let s = sim(2);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("r.cache");
-    let env = env(
-        &s,
-        Some(&cache),
-        &[
+    // Also with the ordinals swapped: the driver's pools are physical
+    // devices, the ledger's are CUDA ordinals.
+    for visible in [None, Some("1,0")] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("r.cache");
+        let mut extra = vec![
             ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
             ("LIBVGPU_CONTEXT_MEMORY", "0"),
-        ],
-    );
-    let out = run(
-        &c_program("limits"),
-        &["twodev", &(64 * MIB).to_string()],
-        &env,
-    );
-    assert_passed(&out);
+        ];
+        extra.extend(visible.map(|v| ("CUDA_VISIBLE_DEVICES", v)));
+        let env = env(&s, Some(&cache), &extra);
+        let out = run(
+            &c_program("limits"),
+            &["twodev", &(64 * MIB).to_string()],
+            &env,
+        );
+        assert_passed(&out);
+    }
 }
 
 #[test]

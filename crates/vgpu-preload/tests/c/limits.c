@@ -652,6 +652,37 @@ static void twodev(size_t chunk) {
     cuCtxSetCurrent(c1);
     OK_CU(cuMemFree, p);
     CHECK(used_now() == base1, "device 1 released");
+
+    /* Stream-ordered: device 1's own default pool, then a pool created
+     * for device 1 while device 0 is current. */
+    OK_CU(cuMemAllocAsync, &p, chunk, 0);
+    CHECK(used_now() - base1 >= chunk, "device 1's default pool charged to device 1 (%zu)", used_now() - base1);
+    cuCtxSetCurrent(c0);
+    CHECK(used_now() == base0, "device 0 untouched by device 1's pool (%zu)", used_now() - base0);
+    cuCtxSetCurrent(c1);
+    OK_CU(cuMemFreeAsync, p, 0);
+    OK_CU(cuStreamSynchronize, 0);
+    CHECK(used_now() == base1, "device 1's default pool released at synchronize");
+    cuCtxSetCurrent(c0);
+    CUmemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pp.location.id = d1;
+    CUmemoryPool pool = NULL;
+    if (OK_CU(cuMemPoolCreate, &pool, &pp)) {
+        cuCtxSetCurrent(c1);
+        OK_CU(cuMemAllocFromPoolAsync, &p, chunk, pool, 0);
+        CHECK(used_now() - base1 >= chunk, "own pool of device 1 charged to device 1 (%zu)", used_now() - base1);
+        cuCtxSetCurrent(c0);
+        CHECK(used_now() == base0, "device 0 untouched by the own pool (%zu)", used_now() - base0);
+        cuCtxSetCurrent(c1);
+        OK_CU(cuMemFreeAsync, p, 0);
+        cuCtxSetCurrent(c0);
+        OK_CU(cuMemPoolDestroy, pool);
+        cuCtxSetCurrent(c1);
+        CHECK(used_now() == base1, "device 1 released with its pool (%zu)", used_now() - base1);
+    }
     cuCtxSetCurrent(c0);
     cuDevicePrimaryCtxRelease(d1);
 }
