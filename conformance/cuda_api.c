@@ -754,6 +754,30 @@ static void test_own_pool(CUdevice dev) {
             OK_CU(cuMemPoolDestroy, pool2);
         }
     }
+    /* A pool in host memory (a host NUMA node): the CPU may use it, and it
+     * takes no device memory. Plain HOST is not a pool location (cuda.h). */
+    CUmemPoolProps hp;
+    memset(&hp, 0, sizeof hp);
+    hp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    hp.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    CUmemoryPool hpool = NULL;
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemPoolCreate, &hpool, &hp);
+    hp.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    hp.location.id = 0;
+    CUresult hr = CU(cuMemPoolCreate, &hpool, &hp);
+    CHECK(hr == CUDA_SUCCESS || hr == CUDA_ERROR_NOT_SUPPORTED, "cuMemPoolCreate on host NUMA node 0 -> %d", (int)hr);
+    if (hr == CUDA_SUCCESS) {
+        before = free_mem();
+        if (OK_CU(cuMemAllocFromPoolAsync, &p, 8 * MiB, hpool, s)) {
+            OK_CU(cuStreamSynchronize, s);
+            memset((void *)(uintptr_t)p, 0x5a, 8 * MiB);
+            CHECK(((unsigned char *)(uintptr_t)p)[8 * MiB - 1] == 0x5a, "host pool memory is host memory");
+            check_back("host pool allocation (no device memory)", before, free_mem());
+            OK_CU(cuMemFreeAsync, p, s);
+            OK_CU(cuStreamSynchronize, s);
+        }
+        OK_CU(cuMemPoolDestroy, hpool);
+    }
     OK_CU(cuStreamDestroy_v2, s);
 }
 

@@ -261,6 +261,9 @@ pub fn alloc_async(
     };
     let a = aux::cuda();
     let known_dev = pool.and_then(|pl| p.tables().pools.get(&(pl.0 as usize)).map(|pc| pc.dev));
+    if known_dev == Some(HOST_POOL) {
+        return call();
+    }
     let dev = known_dev.unwrap_or_else(|| current_dev(p));
     let pool = pool.or_else(|| a.and_then(|a| a.current_pool(dev)));
     let Some((a, pool)) = a.zip(pool) else {
@@ -334,14 +337,25 @@ pub fn free_async(ptr: u64, call: impl FnOnce() -> CUresult) -> CUresult {
     r
 }
 
-/// `cuMemPoolCreate`: remember a device-located pool's device.
+/// The device recorded for a pool in host memory (a host NUMA node): its
+/// allocations take no device memory and pass through uncharged.
+const HOST_POOL: u32 = u32::MAX;
+
+/// `cuMemPoolCreate`: remember the pool's device (`None`: host-located).
 pub fn pool_created(pool: CUmemoryPool, dev: Option<u32>) {
-    let Some((p, _)) = limited() else { return };
-    let dev = dev.unwrap_or_else(|| current_dev(p));
-    p.tables()
-        .pools
-        .entry(pool.0 as usize)
-        .or_insert(PoolCharge { dev, charged: 0 });
+    let Some((p, l)) = limited() else { return };
+    let old = p.tables().pools.insert(
+        pool.0 as usize,
+        PoolCharge {
+            dev: dev.unwrap_or(HOST_POOL),
+            charged: 0,
+        },
+    );
+    // A reused handle: the pool it named is gone (destroyed through a path
+    // vgpu did not see), and its memory with it.
+    if let Some(old) = old.filter(|o| o.dev != HOST_POOL && o.charged > 0) {
+        l.release(old.dev, DATA, old.charged);
+    }
 }
 
 /// `cuMemPoolTrimTo`: the pool may have shrunk.

@@ -80,7 +80,8 @@ pub enum AllocKind {
     Device,
     /// Host-visible memory (managed), unmapped when dropped.
     Managed(Arc<memmap2::MmapRaw>),
-    Pool(u64),
+    /// From a pool; host-located pools back it with host memory.
+    Pool(u64, Option<Arc<memmap2::MmapRaw>>),
 }
 
 #[derive(Clone, Debug)]
@@ -108,6 +109,11 @@ pub struct Pool {
     pub busy: u64,
     pub release_threshold: u64,
     pub reuse: [i32; 3],
+    /// Located in host memory (`CU_MEM_LOCATION_TYPE_HOST_NUMA`): no
+    /// device memory is charged for it.
+    pub host: bool,
+    /// `CUmemPoolProps::maxSize`: reserved memory never exceeds it (0: no cap).
+    pub max_size: u64,
     /// `cuMemPoolDestroy` ran while allocations were still out: the handle
     /// is dead, the pool goes once the last of them is freed.
     pub destroyed: bool,
@@ -617,7 +623,7 @@ impl Driver {
     /// Returns an allocation's memory: to the device, or to its pool (which
     /// keeps it reserved until released).
     fn free_alloc(&self, g: &mut Inner, a: &Alloc) {
-        let AllocKind::Pool(pool) = &a.kind else {
+        let AllocKind::Pool(pool, _) = &a.kind else {
             // Managed memory is unmapped as the last `Arc` drops.
             self.m.unreserve(a.dev, a.charged);
             return;
@@ -630,9 +636,7 @@ impl Driver {
         p.busy = p.busy.saturating_sub(a.charged);
         if p.destroyed {
             // A destroyed pool keeps only what live allocations occupy.
-            let rel = p.unused();
-            p.reserved -= rel;
-            self.m.unreserve(p.dev, rel);
+            self.shrink_pool(p, 0);
             if p.busy == 0 {
                 g.pools.remove(pool);
             }
@@ -645,7 +649,9 @@ impl Driver {
         let rel = p.unused().min(p.reserved.saturating_sub(keep));
         if rel > 0 {
             p.reserved -= rel;
-            self.m.unreserve(p.dev, rel);
+            if !p.host {
+                self.m.unreserve(p.dev, rel);
+            }
         }
     }
 
@@ -674,7 +680,7 @@ impl Driver {
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         self.free_alloc(&mut g, &a);
         drop(g);
-        if matches!(a.kind, AllocKind::Pool(_)) {
+        if matches!(a.kind, AllocKind::Pool(..)) {
             // cuMemFree of a stream-ordered allocation synchronizes first.
             self.release_pools();
         }
@@ -779,7 +785,7 @@ impl Driver {
         let d = self.device(dev)?;
         let mut g = self.lock();
         match g.pools.get(&pool) {
-            Some(p) if p.dev == d && !p.destroyed => {
+            Some(p) if p.dev == d && !p.host && !p.destroyed => {
                 g.current_pools.insert(d, pool);
                 Ok(())
             }
@@ -787,20 +793,34 @@ impl Driver {
         }
     }
 
-    /// `cuMemPoolCreate` for device memory on `dev`.
-    pub fn pool_create(&self, alloc_type: u32, loc_type: u32, dev: i32) -> R<u64> {
-        if alloc_type != 1 || loc_type != 1 {
+    /// `cuMemPoolCreate`: pinned memory on a device (`loc_type` DEVICE,
+    /// `id` its ordinal) or on a host NUMA node (HOST_NUMA; the sim has
+    /// node 0 only); other locations are invalid, as cuda.h says of HOST
+    /// and HOST_NUMA_CURRENT.
+    pub fn pool_create(&self, alloc_type: u32, loc_type: u32, id: i32, max_size: u64) -> R<u64> {
+        const PINNED: u32 = 1;
+        const DEVICE: u32 = 1;
+        const HOST_NUMA: u32 = 3;
+        if alloc_type != PINNED {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let dev = self
-            .device(dev)
-            .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let (dev, host) = match loc_type {
+            DEVICE => (
+                self.device(id)
+                    .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?,
+                false,
+            ),
+            HOST_NUMA if id == 0 => (0, true),
+            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
         let mut g = self.lock();
         let id = g.id(T_POOL);
         g.pools.insert(
             id,
             Pool {
                 dev,
+                host,
+                max_size,
                 ..Pool::default()
             },
         );
@@ -884,16 +904,25 @@ impl Driver {
             .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         let mut g = self.lock();
         let pl = Self::pool_mut(&mut g, pool)?;
-        let dev = pl.dev;
+        let (dev, host) = (pl.dev, pl.host);
         let grow = charged.saturating_sub(pl.unused());
-        // Under the lock: two threads must not both count on the same
-        // unused memory.
-        self.m.reserve(dev, grow).map_err(machine_err)?;
-        let p = match g.va(size, 512, false) {
-            Ok(p) => p,
-            Err(e) => {
-                self.m.unreserve(dev, grow);
-                return Err(e);
+        if pl.max_size != 0 && pl.reserved + grow > pl.max_size {
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        // Host-located: real host memory the CPU may use, no device memory.
+        let (p, backing) = if host {
+            let map = anon(size)?;
+            (map.as_mut_ptr() as u64, Some(Arc::new(map)))
+        } else {
+            // Under the lock: two threads must not both count on the same
+            // unused memory.
+            self.m.reserve(dev, grow).map_err(machine_err)?;
+            match g.va(size, 512, false) {
+                Ok(p) => (p, None),
+                Err(e) => {
+                    self.m.unreserve(dev, grow);
+                    return Err(e);
+                }
             }
         };
         let pl = Self::pool_mut(&mut g, pool)?;
@@ -909,7 +938,7 @@ impl Driver {
                 ctx,
                 size,
                 charged,
-                kind: AllocKind::Pool(pool),
+                kind: AllocKind::Pool(pool, backing),
             },
         );
         Ok(p)
@@ -919,7 +948,7 @@ impl Driver {
         self.stream_ctx(stream)?;
         let mut g = self.lock();
         match g.allocs.get(&p) {
-            Some(a) if matches!(a.kind, AllocKind::Pool(_)) => {}
+            Some(a) if matches!(a.kind, AllocKind::Pool(..)) => {}
             Some(_) | None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
         if let Some(a) = g.allocs.remove(&p) {

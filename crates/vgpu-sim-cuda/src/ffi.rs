@@ -611,7 +611,7 @@ cu! {
         if pool.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let id = drv()?.pool_create(pr.allocType, pr.location.type_, pr.location.id)?;
+        let id = drv()?.pool_create(pr.allocType, pr.location.type_, pr.location.id, pr.maxSize as u64)?;
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(pool, CUmemoryPool(p(id))) }
     }

@@ -1033,3 +1033,55 @@ fn a_destroyed_pool_keeps_live_allocations_until_they_are_freed() {
     assert_eq!(nvml_procs(&sim).get(&pid), Some(&0));
     assert!(a.finish().success());
 }
+
+#[test]
+fn host_pools_take_no_device_memory_and_max_size_caps_a_pool() {
+    let sim = SimHandle::start(SimOptions::from_toml("[device]\nmemory = \"1GiB\"\n").unwrap())
+        .expect("sim");
+    let lines = run(
+        &sim,
+        &[
+            "init",
+            "retain",
+            "0",
+            "pool-create-host",
+            // More than the device has: host memory.
+            "pool-alloc",
+            "1100",
+            "pool-attr",
+            "mem-info",
+            "free-async",
+            "sync",
+            "pool-attr",
+            "pool-create-max",
+            "0",
+            "8",
+            "pool-alloc",
+            "6",
+            "pool-alloc",
+            "4",
+            "pool-alloc",
+            "2",
+            "pool-attr",
+        ],
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("alloc"))
+            .collect::<Vec<_>>(),
+        ["alloc ok", "alloc ok", "alloc err 2", "alloc ok"],
+        "{lines:?}"
+    );
+    assert_eq!(
+        pool_lines(&lines),
+        vec![[1100, 1100, 1100, 1100], [0, 0, 1100, 1100], [8, 8, 8, 8]],
+        "{lines:?}"
+    );
+    let f = facts(&lines);
+    assert_eq!(
+        f["mem"],
+        format!("free {} total {}", 1024 * MIB, 1024 * MIB),
+        "a host pool is not device memory"
+    );
+}

@@ -292,6 +292,21 @@ static void own_pool(const ops_t *op, size_t limit, CUdevice dev, size_t base) {
     cuStreamSynchronize(0);
     CHECK(destroy(pool) == CUDA_SUCCESS, "%s: cuMemPoolDestroy (edge)", o.name);
     EXPECT_USED(base, 0, 0, "edge pool destroyed");
+
+    /* A pool in host memory takes no device memory: not charged, not
+     * limited by the device budget. */
+    CUmemPoolProps hp = pp;
+    hp.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    hp.location.id = 0;
+    pool = NULL;
+    CHECK(create(&pool, &hp) == CUDA_SUCCESS && pool, "%s: cuMemPoolCreate (host NUMA)", o.name);
+    CHECK(o.from_pool(&d, limit + 2 * MiB, pool, 0) == CUDA_SUCCESS, "%s: more than the budget from a host pool",
+          o.name);
+    EXPECT_USED(base, 0, 0, "host pool allocation");
+    CHECK(o.free_async(d, 0) == CUDA_SUCCESS, "%s: free to the host pool", o.name);
+    cuStreamSynchronize(0);
+    CHECK(destroy(pool) == CUDA_SUCCESS, "%s: cuMemPoolDestroy (host)", o.name);
+    EXPECT_USED(base, 0, 0, "host pool destroyed");
 }
 
 static void routes(size_t limit, CUdevice dev) {

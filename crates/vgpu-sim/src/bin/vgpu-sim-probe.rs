@@ -21,6 +21,8 @@
 //! devices                   `cuda.count N`, `cuda.<i>.uuid GPU-…` per CUDA ordinal
 //! nvml-devices              `nvml.count N`, `nvml.<i>.uuid GPU-…` per NVML index
 //! pool-create D             cuMemPoolCreate on device D; it becomes "the pool"
+//! pool-create-max D MIB     the same with CUmemPoolProps::maxSize
+//! pool-create-host          cuMemPoolCreate on host NUMA node 0
 //! pool-current D            cuDeviceGetMemPool(D) becomes "the pool"
 //! pool-threshold MIB|max    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD of the pool
 //! pool-alloc MIB            cuMemAllocFromPoolAsync (legacy stream); `alloc ok|err CODE`
@@ -217,17 +219,18 @@ mod ffi {
         }
 
         pub fn pool_create(&self, dev: c_int) -> Res<CUmemoryPool> {
+            self.pool_create_at(CU_MEM_LOCATION_TYPE_DEVICE, dev, 0)
+        }
+
+        pub fn pool_create_at(&self, loc: c_uint, id: c_int, max: usize) -> Res<CUmemoryPool> {
             type F = unsafe extern "C" fn(*mut CUmemoryPool, *const CUmemPoolProps) -> CUresult;
             let f = self.sym::<F>(b"cuMemPoolCreate")?;
             let props = CUmemPoolProps {
                 allocType: CU_MEM_ALLOCATION_TYPE_PINNED,
                 handleTypes: 0,
-                location: CUmemLocation {
-                    type_: CU_MEM_LOCATION_TYPE_DEVICE,
-                    id: dev,
-                },
+                location: CUmemLocation { type_: loc, id },
                 win32SecurityAttributes: std::ptr::null_mut(),
-                maxSize: 0,
+                maxSize: max,
                 usage: 0,
                 reserved: [0; 54],
             };
@@ -638,6 +641,22 @@ fn run() -> Result<(), String> {
             "pool-create" => {
                 let d = num(args.next(), "pool-create D")?;
                 pool = Some(cuda.as_ref().ok_or("init first")?.pool_create(d)?);
+            }
+            "pool-create-max" => {
+                let d = num(args.next(), "pool-create-max D")?;
+                let mib: usize = num(args.next(), "pool-create-max MIB")?;
+                pool = Some(cuda.as_ref().ok_or("init first")?.pool_create_at(
+                    vgpu_cuda_abi::CU_MEM_LOCATION_TYPE_DEVICE,
+                    d,
+                    mib << 20,
+                )?);
+            }
+            "pool-create-host" => {
+                pool = Some(cuda.as_ref().ok_or("init first")?.pool_create_at(
+                    vgpu_cuda_abi::CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                    0,
+                    0,
+                )?);
             }
             "pool-current" => {
                 let d = num(args.next(), "pool-current D")?;
