@@ -104,6 +104,8 @@ WEAK(cuMemPoolCreate);
 WEAK(cuMemPoolDestroy);
 WEAK(cuMemPoolTrimTo);
 WEAK(cuMemPoolSetAttribute);
+WEAK(cuMemPoolSetAccess);
+WEAK(cuMemPoolGetAccess);
 WEAK(cuDeviceGetMemPool);
 WEAK(cuDeviceSetMemPool);
 
@@ -729,6 +731,26 @@ static void test_own_pool(CUdevice dev) {
         unsigned long long res = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
         CHECK(res == 0, "a refused growth reserves nothing (%llu)", res);
     }
+    /* Access: the owning device reads and writes; another device only once
+     * granted. */
+    CUmemAccess_flags acc = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    CUmemLocation here = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    if (OK_CU(cuMemPoolGetAccess, &acc, pool, &here))
+        CHECK(acc == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "the owning device reads and writes its pool (%d)", (int)acc);
+    int ndev = 0;
+    cuDeviceGetCount(&ndev);
+    if (ndev > 1) {
+        CUmemLocation other = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev == 0 ? 1 : 0};
+        if (OK_CU(cuMemPoolGetAccess, &acc, pool, &other))
+            CHECK(acc == CU_MEM_ACCESS_FLAGS_PROT_NONE, "another device has no access by default (%d)", (int)acc);
+        CUmemAccessDesc ad = {.location = other, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        if (OK_CU(cuMemPoolSetAccess, pool, &ad, 1) && OK_CU(cuMemPoolGetAccess, &acc, pool, &other))
+            CHECK(acc == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "granted access reads back (%d)", (int)acc);
+        ad.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        if (OK_CU(cuMemPoolSetAccess, pool, &ad, 1) && OK_CU(cuMemPoolGetAccess, &acc, pool, &other))
+            CHECK(acc == CU_MEM_ACCESS_FLAGS_PROT_NONE, "revoked access reads back (%d)", (int)acc);
+    }
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemPoolSetAccess, pool, NULL, 1);
     /* The device's current pool can be swapped and restored. */
     if (OK_CU(cuDeviceGetDefaultMemPool, &dflt, dev) && OK_CU(cuDeviceSetMemPool, dev, pool) &&
         OK_CU(cuDeviceGetMemPool, &cur, dev)) {
@@ -773,6 +795,10 @@ static void test_own_pool(CUdevice dev) {
             memset((void *)(uintptr_t)p, 0x5a, 8 * MiB);
             CHECK(((unsigned char *)(uintptr_t)p)[8 * MiB - 1] == 0x5a, "host pool memory is host memory");
             check_back("host pool allocation (no device memory)", before, free_mem());
+            CUmemLocation cpu = {.type = CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = 0};
+            CUmemAccess_flags hacc = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+            if (OK_CU(cuMemPoolGetAccess, &hacc, hpool, &cpu))
+                CHECK(hacc == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "the CPU reads and writes a host pool (%d)", (int)hacc);
             OK_CU(cuMemFreeAsync, p, s);
             OK_CU(cuStreamSynchronize, s);
         }

@@ -114,6 +114,8 @@ pub struct Pool {
     pub host: bool,
     /// `CUmemPoolProps::maxSize`: reserved memory never exceeds it (0: no cap).
     pub max_size: u64,
+    /// `cuMemPoolSetAccess` grants to other devices (machine index -> flags).
+    pub access: BTreeMap<usize, u32>,
     /// `cuMemPoolDestroy` ran while allocations were still out: the handle
     /// is dead, the pool goes once the last of them is freed.
     pub destroyed: bool,
@@ -860,6 +862,60 @@ impl Driver {
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         self.shrink_pool(p, keep);
         Ok(())
+    }
+
+    /// `cuMemPoolSetAccess`: `(location type, id, flags)` per device. The
+    /// owning device always reads and writes its pool.
+    pub fn pool_set_access(&self, pool: u64, locs: &[(u32, i32, u32)]) -> R {
+        const DEVICE: u32 = 1;
+        // CU_MEM_ACCESS_FLAGS_PROT_NONE, _READ, _READWRITE.
+        const FLAGS: [u32; 3] = [0, 1, 3];
+        let mut want = Vec::with_capacity(locs.len());
+        for &(ty, id, flags) in locs {
+            if ty != DEVICE || !FLAGS.contains(&flags) {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            let d = self
+                .device(id)
+                .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            want.push((d, flags));
+        }
+        let mut g = self.lock();
+        let p = Self::pool_mut(&mut g, pool)?;
+        if want.iter().any(|(d, f)| !p.host && *d == p.dev && *f != 3) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // All or nothing: validated above, applied here.
+        for (d, f) in want {
+            if p.host || d != p.dev {
+                p.access.insert(d, f);
+            }
+        }
+        Ok(())
+    }
+
+    /// `cuMemPoolGetAccess` from a device, or the CPU for a host pool.
+    pub fn pool_get_access(&self, pool: u64, ty: u32, id: i32) -> R<u32> {
+        const DEVICE: u32 = 1;
+        const HOST_NUMA: u32 = 3;
+        const READWRITE: u32 = 3;
+        let d = match ty {
+            DEVICE => Some(
+                self.device(id)
+                    .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?,
+            ),
+            HOST_NUMA if id == 0 => None,
+            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
+        let mut g = self.lock();
+        let p = Self::pool_mut(&mut g, pool)?;
+        Ok(match d {
+            Some(d) if !p.host && d == p.dev => READWRITE,
+            Some(d) => p.access.get(&d).copied().unwrap_or(0),
+            // The CPU reaches a host pool by default (cuda.h).
+            None if p.host => READWRITE,
+            None => 0,
+        })
     }
 
     /// A live pool (not destroyed), for the attribute entry points.

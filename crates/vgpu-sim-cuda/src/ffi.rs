@@ -615,6 +615,29 @@ cu! {
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(pool, CUmemoryPool(p(id))) }
     }
+    fn cuMemPoolSetAccess(pool: CUmemoryPool, map: *const CUmemAccessDesc, count: usize) {
+        if map.is_null() || count == 0 || count > 64 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let locs: Vec<(u32, i32, u32)> = (0..count)
+            .map(|i| {
+                // SAFETY: `map` holds `count` descriptors (C contract).
+                let d = unsafe { map.add(i).read() };
+                (d.location.type_, d.location.id, d.flags)
+            })
+            .collect();
+        drv()?.pool_set_access(h(pool.0), &locs)
+    }
+    fn cuMemPoolGetAccess(flags: *mut c_uint, pool: CUmemoryPool, location: *mut CUmemLocation) {
+        // SAFETY: in-struct from the caller; null is rejected.
+        let loc = unsafe { inp(location) }?;
+        if flags.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let f = drv()?.pool_get_access(h(pool.0), loc.type_, loc.id)?;
+        // SAFETY: non-null out-pointer from the caller.
+        unsafe { out(flags, f) }
+    }
     fn cuMemPoolDestroy(pool: CUmemoryPool) { drv()?.pool_destroy(h(pool.0)) }
     fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) { drv()?.pool_trim(h(pool.0), keep as u64) }
 

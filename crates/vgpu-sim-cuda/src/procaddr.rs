@@ -112,6 +112,8 @@ pub fn table() -> &'static [Entry] {
             "cuMemPoolTrimTo" 11020 => cuMemPoolTrimTo,
             "cuMemPoolGetAttribute" 11020 => cuMemPoolGetAttribute,
             "cuMemPoolSetAttribute" 11020 => cuMemPoolSetAttribute,
+            "cuMemPoolSetAccess" 11020 => cuMemPoolSetAccess,
+            "cuMemPoolGetAccess" 11020 => cuMemPoolGetAccess,
             "cuMemCreate" 10020 => cuMemCreate,
             "cuMemRelease" 10020 => cuMemRelease,
             "cuMemGetAllocationGranularity" 10020 => cuMemGetAllocationGranularity,
