@@ -10,7 +10,7 @@ use vgpu_cuda_abi::{
 
 use crate::aux;
 use crate::ledger::{Kind, Ledger, CONTEXT, DATA};
-use crate::state::{self, Charge, PoolCharge, Proc};
+use crate::state::{self, Charge, Map, PoolCharge, Proc, Tables};
 
 const OOM: CUresult = CUresult::CUDA_ERROR_OUT_OF_MEMORY;
 
@@ -81,6 +81,60 @@ fn charged_call(
     Ok(r)
 }
 
+/// [`charged_call`] for an object the driver hands back: on success the
+/// charge is recorded under the object's key (read by `out`) in the table
+/// `table` picks, so its destroy can release it; no key, no charge.
+#[allow(clippy::too_many_arguments)]
+fn charge_object<K: std::hash::Hash + Eq>(
+    p: &Proc,
+    l: &Ledger,
+    dev: u32,
+    kind: Kind,
+    bytes: u64,
+    what: &str,
+    table: fn(&mut Tables) -> &mut Map<K, Charge>,
+    out: impl Fn() -> Option<K>,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    match charged_call(l, dev, kind, bytes, what, call) {
+        Err(e) => e,
+        Ok(r) => {
+            if r.is_success() {
+                match out() {
+                    Some(k) => {
+                        table(&mut p.tables()).insert(k, Charge { dev, kind, bytes });
+                    }
+                    None => l.release(dev, kind, bytes),
+                }
+            }
+            r
+        }
+    }
+}
+
+/// The destroy of an object [`charge_object`] recorded: its charge goes
+/// with a successful destroy and stays when the driver refuses; objects
+/// vgpu never charged pass through.
+fn release_object<K: std::hash::Hash + Eq + Copy>(
+    key: K,
+    table: fn(&mut Tables) -> &mut Map<K, Charge>,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some((p, l)) = limited_attached() else {
+        return call();
+    };
+    let c = table(&mut p.tables()).remove(&key);
+    let r = call();
+    match c {
+        Some(c) if r.is_success() => l.release(c.dev, c.kind, c.bytes),
+        Some(c) => {
+            table(&mut p.tables()).insert(key, c);
+        }
+        None => {}
+    }
+    r
+}
+
 /// `cuMemAlloc_v2`, `cuMemAllocManaged`: linear device memory.
 pub fn alloc(
     bytes: usize,
@@ -92,27 +146,17 @@ pub fn alloc(
     };
     let dev = current_dev(p);
     let bytes = bytes as u64;
-    match charged_call(l, dev, DATA, bytes, "allocation", call) {
-        Err(e) => e,
-        Ok(r) => {
-            if r.is_success() {
-                match out() {
-                    Some(ptr) => {
-                        p.tables().allocs.insert(
-                            ptr,
-                            Charge {
-                                dev,
-                                kind: DATA,
-                                bytes,
-                            },
-                        );
-                    }
-                    None => l.release(dev, DATA, bytes),
-                }
-            }
-            r
-        }
-    }
+    charge_object(
+        p,
+        l,
+        dev,
+        DATA,
+        bytes,
+        "allocation",
+        |t| &mut t.allocs,
+        out,
+        call,
+    )
 }
 
 /// `cuMemAllocPitch_v2`: charges width × height first, then settles to
@@ -427,44 +471,22 @@ pub fn mem_create(
         return call();
     };
     let bytes = bytes as u64;
-    match charged_call(l, dev, DATA, bytes, "cuMemCreate", call) {
-        Err(e) => e,
-        Ok(r) => {
-            if r.is_success() {
-                match out() {
-                    Some(h) => {
-                        p.tables().handles.insert(
-                            h,
-                            Charge {
-                                dev,
-                                kind: DATA,
-                                bytes,
-                            },
-                        );
-                    }
-                    None => l.release(dev, DATA, bytes),
-                }
-            }
-            r
-        }
-    }
+    charge_object(
+        p,
+        l,
+        dev,
+        DATA,
+        bytes,
+        "cuMemCreate",
+        |t| &mut t.handles,
+        out,
+        call,
+    )
 }
 
 /// `cuMemRelease`.
 pub fn mem_release(h: u64, call: impl FnOnce() -> CUresult) -> CUresult {
-    let Some((p, l)) = limited_attached() else {
-        return call();
-    };
-    let c = p.tables().handles.remove(&h);
-    let r = call();
-    match c {
-        Some(c) if r.is_success() => l.release(c.dev, c.kind, c.bytes),
-        Some(c) => {
-            p.tables().handles.insert(h, c);
-        }
-        None => {}
-    }
-    r
+    release_object(h, |t| &mut t.handles, call)
 }
 
 /// Bytes of a 2D array; `None` for formats vgpu does not size.
@@ -523,44 +545,22 @@ pub fn array_create(
         return call();
     };
     let dev = current_dev(p);
-    match charged_call(l, dev, DATA, bytes, "array", call) {
-        Err(e) => e,
-        Ok(r) => {
-            if r.is_success() {
-                match out() {
-                    Some(h) => {
-                        p.tables().arrays.insert(
-                            h,
-                            Charge {
-                                dev,
-                                kind: DATA,
-                                bytes,
-                            },
-                        );
-                    }
-                    None => l.release(dev, DATA, bytes),
-                }
-            }
-            r
-        }
-    }
+    charge_object(
+        p,
+        l,
+        dev,
+        DATA,
+        bytes,
+        "array",
+        |t| &mut t.arrays,
+        out,
+        call,
+    )
 }
 
 /// `cuArrayDestroy`, `cuMipmappedArrayDestroy`.
 pub fn array_destroy(h: usize, call: impl FnOnce() -> CUresult) -> CUresult {
-    let Some((p, l)) = limited_attached() else {
-        return call();
-    };
-    let c = p.tables().arrays.remove(&h);
-    let r = call();
-    match c {
-        Some(c) if r.is_success() => l.release(c.dev, c.kind, c.bytes),
-        Some(c) => {
-            p.tables().arrays.insert(h, c);
-        }
-        None => {}
-    }
-    r
+    release_object(h, |t| &mut t.arrays, call)
 }
 
 /// `cuCtxCreate_v2/_v3/_v4`: the configured context estimate on `dev`.
@@ -574,44 +574,22 @@ pub fn ctx_create(
     };
     let dev = dev.max(0) as u32;
     let est = p.cfg.context_memory;
-    match charged_call(l, dev, CONTEXT, est, "context creation", call) {
-        Err(e) => e,
-        Ok(r) => {
-            if r.is_success() {
-                match out() {
-                    Some(c) => {
-                        p.tables().ctxs.insert(
-                            c,
-                            Charge {
-                                dev,
-                                kind: CONTEXT,
-                                bytes: est,
-                            },
-                        );
-                    }
-                    None => l.release(dev, CONTEXT, est),
-                }
-            }
-            r
-        }
-    }
+    charge_object(
+        p,
+        l,
+        dev,
+        CONTEXT,
+        est,
+        "context creation",
+        |t| &mut t.ctxs,
+        out,
+        call,
+    )
 }
 
 /// `cuCtxDestroy_v2`.
 pub fn ctx_destroy(ctx: usize, call: impl FnOnce() -> CUresult) -> CUresult {
-    let Some((p, l)) = limited_attached() else {
-        return call();
-    };
-    let c = p.tables().ctxs.remove(&ctx);
-    let r = call();
-    match c {
-        Some(c) if r.is_success() => l.release(c.dev, c.kind, c.bytes),
-        Some(c) => {
-            p.tables().ctxs.insert(ctx, c);
-        }
-        None => {}
-    }
-    r
+    release_object(ctx, |t| &mut t.ctxs, call)
 }
 
 /// `cuDevicePrimaryCtxRetain`: charged at the first retain of each device.
