@@ -2,7 +2,7 @@
 //!
 //! NVML reports host-namespace PIDs; a process in a container knows only its
 //! inner PID. This crate provides the tiers that learn the host PID
-//! (`../shared/DESIGN.md` section 5), first that works wins:
+//! (docs/design.md section 6), first that works wins:
 //!
 //! 1. [`client`]: ask the node's broker over a Unix socket
 //!    (`LIBVGPU_HOSTPID_BROKER`); the broker answers with the `SO_PEERCRED`

@@ -115,7 +115,7 @@ fn main() {
             b / a
         ));
     }
-    md.push_str("\nTargets (DESIGN.md section 7): alloc+free < 150 ns added; unlimited launch < 20 ns added.\n");
+    md.push_str("\nTargets (docs/design.md section 9): alloc+free < 150 ns added; unlimited launch < 20 ns added.\n");
     print!("{md}");
     if write {
         let p =

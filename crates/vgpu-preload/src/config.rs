@@ -1,4 +1,4 @@
-//! The environment contract (DESIGN.md section 3), parsed once per process.
+//! The environment contract (docs/design.md section 4), parsed once per process.
 //!
 //! Parsing is pure (it takes the variables as a list) so it is unit-tested
 //! without touching the process environment. Every malformed value yields

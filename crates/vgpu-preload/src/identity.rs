@@ -1,4 +1,4 @@
-//! Host-PID identity inside libvgpu.so (DESIGN.md section 5, issue 6).
+//! Host-PID identity inside libvgpu.so (docs/design.md section 6).
 //!
 //! Memory limits need no host PID, so `cuInit` never waits for identity
 //! (unless `LIBVGPU_IDENTITY=eager` asks for it, which the burst bench uses

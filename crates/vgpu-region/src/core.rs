@@ -3,7 +3,7 @@
 //! the structs), so the loom model runs them over a small in-memory region
 //! and the real code over the mapped file.
 //!
-//! Why admission is exact (DESIGN.md section 4): a racer adds its request to
+//! Why admission is exact (docs/design.md section 5): a racer adds its request to
 //! its own slot's total first, then issues a SeqCst fence, then sums every
 //! slot's total. Fences are totally ordered; take the admitted reservation
 //! whose fence came last: every other admitted racer added before its own

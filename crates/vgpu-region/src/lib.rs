@@ -1,5 +1,5 @@
 //! vgpu's shared region: the tiny multiprocess database every process of a
-//! container maps (DESIGN.md section 4, docs/region.md).
+//! container maps (docs/design.md section 5, docs/region.md).
 //!
 //! - One `#[repr(C)]` format ([`layout`]), self-describing and refused
 //!   with a specific [`FormatError`] when foreign, truncated, of another

@@ -52,7 +52,7 @@ coded!(
 );
 
 coded!(
-    /// Which host-PID tier produced `host_pid` (DESIGN.md section 5).
+    /// Which host-PID tier produced `host_pid` (docs/design.md section 6).
     IdentityTier {
         /// None yet.
         None = 0,
