@@ -33,4 +33,4 @@ pub mod telemetry;
 pub use client::{query_broker, BrokerError};
 pub use procfs::{host_pid_from_mount, parse_nstgid, ProcfsError};
 pub use resolve::{resolve, ResolveConfig};
-pub use telemetry::{FailureCode, Telemetry, Tier};
+pub use telemetry::{parse_tier, tier_name, FailureCode, IdentityTier, Telemetry, DEFAULT_ORDER};

@@ -1,11 +1,12 @@
 //! The generated coverage table (`docs/hooks.md`, `vgpu hooks`).
-use crate::hooks::{self, Lib};
+use super as hooks;
+use crate::driver::Lib;
 
 /// One line per hook, tab-separated (see `vgpu_hook_table`).
 pub fn tsv() -> String {
     let mut s = String::new();
     for h in hooks::all() {
-        let lib = match h.lib {
+        let lib = match h.lib() {
             Lib::Cuda => "cuda",
             Lib::Nvml => "nvml",
         };
@@ -21,7 +22,7 @@ pub fn tsv() -> String {
 pub fn markdown() -> String {
     let mut s = String::from(
         "# Hook coverage of libvgpu.so\n\n\
-         Generated from the hook declarations in `crates/vgpu-preload/src/hooks/` \
+         Generated from the hook declarations in `crates/vgpu-preload/src/ffi/` \
          (`cargo test -p vgpu-preload` fails when this file is stale; \
          regenerate with `VGPU_BLESS=1 cargo test -p vgpu-preload coverage`). \
          `vgpu hooks` prints the same table from a built `libvgpu.so`.\n\n\
@@ -36,7 +37,7 @@ pub fn markdown() -> String {
          | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for h in hooks::all() {
-        let (lib, since) = match h.lib {
+        let (lib, since) = match h.lib() {
             Lib::Cuda => ("libcuda.so.1", h.since.to_string()),
             Lib::Nvml => ("libnvidia-ml.so.1", "-".to_string()),
         };
@@ -69,7 +70,7 @@ mod tests {
     #[test]
     fn tsv_has_a_line_per_hook() {
         let t = super::tsv();
-        assert_eq!(t.lines().count(), crate::hooks::all().count());
+        assert_eq!(t.lines().count(), crate::ffi::all().count());
         assert!(t.lines().all(|l| l.split('\t').count() == 7));
     }
 }

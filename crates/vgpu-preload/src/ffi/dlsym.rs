@@ -1,15 +1,10 @@
 //! Our `dlsym`: programs that `dlopen` the driver and look entry points up
 //! by name get the hooks, exactly like programs linked against it.
-use std::cell::Cell;
 use std::ffi::{c_char, c_void};
 
-use crate::{hooks, sys};
-
-thread_local! {
-    /// Re-entry guard: std and the loader may call `dlsym` while we route
-    /// (lazy libc lookups, the driver's own constructors during our dlopen).
-    static IN_DLSYM: Cell<bool> = const { Cell::new(false) };
-}
+use super::route;
+use crate::process::{Inside, Section};
+use crate::sys;
 
 /// `dlsym(3)`, interposed: a trampoline so that glibc still sees the
 /// original caller. `RTLD_NEXT` lookups are relative to the object that
@@ -84,15 +79,25 @@ unsafe extern "C" fn dlsym_impl(handle: *mut c_void, symbol: *const c_char) -> *
     };
     // SAFETY: the caller's arguments, forwarded unchanged to glibc.
     let found = unsafe { real(handle, symbol) };
-    if found.is_null() || symbol.is_null() || IN_DLSYM.with(Cell::get) {
+    if found.is_null() || symbol.is_null() {
         return found;
     }
-    IN_DLSYM.with(|g| g.set(true));
     // SAFETY: `symbol` is the caller's non-null, NUL-terminated name.
-    let out =
-        std::panic::catch_unwind(|| unsafe { hooks::route_dlsym(symbol, found) }).unwrap_or(found);
-    IN_DLSYM.with(|g| g.set(false));
-    out
+    unsafe { route_found(symbol, found) }
+}
+
+/// Routes a lookup glibc answered with `found` (also the front object's
+/// entry). Re-entry on this thread (std's lazy libc lookups, the driver's
+/// constructors during our dlopen) passes the answer straight through.
+///
+/// # Safety
+/// `symbol` is a non-null, NUL-terminated name.
+pub unsafe fn route_found(symbol: *const c_char, found: *mut c_void) -> *mut c_void {
+    let Some(_inside) = Inside::enter(Section::Dlsym) else {
+        return found;
+    };
+    // SAFETY: per this function's contract.
+    std::panic::catch_unwind(|| unsafe { route::route_dlsym(symbol, found) }).unwrap_or(found)
 }
 
 /// The coverage table for `vgpu hooks` (which dlopens this library rather
@@ -104,7 +109,7 @@ pub extern "C" fn vgpu_hook_table() -> *const c_char {
     static TABLE: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
     std::panic::catch_unwind(|| {
         TABLE
-            .get_or_init(|| std::ffi::CString::new(crate::coverage::tsv()).unwrap_or_default())
+            .get_or_init(|| std::ffi::CString::new(super::coverage::tsv()).unwrap_or_default())
             .as_ptr()
     })
     .unwrap_or(std::ptr::null())

@@ -11,152 +11,50 @@
 //!   context is in the "before" snapshot and can never appear as new;
 //! - otherwise the first limited launch (the launch gate).
 //!
-//! Tiers, first that works wins (`vgpu-identity` does each one; this module
-//! decides order, timing, retries and what the slot says): same PID
-//! namespace as the host (`getpid()`), broker, trusted procfs, NVML probe
-//! (only while the process holds no context). `LIBVGPU_IDENTITY_TIERS`
-//! forces an order/subset.
+//! Tiers, first that works wins: same PID namespace as the host
+//! (`getpid()`), broker, trusted procfs, NVML probe (only while the process
+//! holds no context). `vgpu-identity` owns the chain and its order
+//! (`LIBVGPU_IDENTITY_TIERS` forces an order/subset); this module decides
+//! when it runs, the retries, and what the slot and the log say.
 //!
 //! Failure is never silent and never turns SM limiting off: the slot says
 //! `Failed` with the reason and the attempts, one warning line is written,
 //! and later limited launches retry with exponential backoff (1 s doubling to
 //! 60 s); between retries a launch costs one atomic load and a clock read.
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
 
-use vgpu_identity::client::ClientOptions;
-use vgpu_identity::probe::{self, ProbeOptions};
-use vgpu_identity::{procfs, FailureCode, Tier};
-use vgpu_region::{IdentityState, IdentityTier, Phase};
+use vgpu_identity::probe::ProbeDriver;
+use vgpu_identity::resolve::{Resolution, ResolveConfig};
+use vgpu_identity::{tier_name, FailureCode, IdentityTier};
+use vgpu_region::{IdentityState, Phase};
 
-use crate::state::Proc;
+use crate::attach::Proc;
+use crate::config;
+use crate::process;
 
-/// `lazy` (default) or `eager`.
-pub const ENV_MODE: &str = "LIBVGPU_IDENTITY";
-/// Comma-separated tiers in the order to try them (a subset is fine):
-/// `same_namespace`, `broker`, `procfs`, `probe`.
-pub const ENV_TIERS: &str = "LIBVGPU_IDENTITY_TIERS";
+pub mod probe;
 
-/// One identity tier, as `LIBVGPU_IDENTITY_TIERS` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TierKind {
-    SameNamespace,
-    Broker,
-    Procfs,
-    Probe,
+/// The chain's configuration from the environment's, for a probe on CUDA
+/// device `probe_device`.
+pub fn resolve_config(s: &config::Identity, probe_device: u32) -> ResolveConfig {
+    let mut cfg = ResolveConfig {
+        order: s.tiers.clone(),
+        broker: s.broker.clone(),
+        procfs: s.procfs.clone(),
+        ..ResolveConfig::default()
+    };
+    cfg.probe = s.probe.clone();
+    cfg.probe.device = probe_device;
+    cfg
 }
 
-impl TierKind {
-    pub fn parse(s: &str) -> Option<TierKind> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "same_namespace" | "same-namespace" | "ns" => Some(TierKind::SameNamespace),
-            "broker" => Some(TierKind::Broker),
-            "procfs" | "host_procfs" => Some(TierKind::Procfs),
-            "probe" | "nvml_probe" => Some(TierKind::Probe),
-            _ => None,
-        }
+static FORK_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Registers this module's fork-child reset (once).
+fn register_fork() {
+    if !FORK_REGISTERED.swap(true, Ordering::AcqRel) {
+        process::on_fork_child(on_fork_child);
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            TierKind::SameNamespace => "same_namespace",
-            TierKind::Broker => "broker",
-            TierKind::Procfs => "procfs",
-            TierKind::Probe => "probe",
-        }
-    }
-}
-
-/// The default order: no experiment when a cheap answer exists.
-pub const DEFAULT_TIERS: [TierKind; 4] = [
-    TierKind::SameNamespace,
-    TierKind::Broker,
-    TierKind::Procfs,
-    TierKind::Probe,
-];
-
-/// What the environment asks for, read once per process.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
-    pub eager: bool,
-    pub tiers: Vec<TierKind>,
-    pub broker: Option<PathBuf>,
-    pub procfs: Option<PathBuf>,
-    pub probe: ProbeOptions,
-    /// Malformed values, one readable line each (logged once).
-    pub problems: Vec<String>,
-}
-
-impl Settings {
-    /// From a variable lookup (the process environment in the library).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Settings {
-        let mut problems = Vec::new();
-        let eager = match get(ENV_MODE).as_deref().map(str::trim) {
-            None | Some("") | Some("lazy") => false,
-            Some("eager") => true,
-            Some(v) => {
-                problems.push(format!("{ENV_MODE}={v:?} is not lazy or eager; using lazy"));
-                false
-            }
-        };
-        let tiers = match get(ENV_TIERS).filter(|v| !v.trim().is_empty()) {
-            None => DEFAULT_TIERS.to_vec(),
-            Some(v) => {
-                let mut out = Vec::new();
-                let mut bad = Vec::new();
-                for part in v.split(',').filter(|p| !p.trim().is_empty()) {
-                    match TierKind::parse(part) {
-                        Some(t) if !out.contains(&t) => out.push(t),
-                        Some(_) => {}
-                        None => bad.push(part.trim().to_string()),
-                    }
-                }
-                if !bad.is_empty() {
-                    problems.push(format!(
-                        "{ENV_TIERS}={v:?}: unknown tier(s) {} (known: same_namespace, broker, procfs, probe); {}",
-                        bad.join(", "),
-                        if out.is_empty() { "using the default order" } else { "ignored" }
-                    ));
-                }
-                if out.is_empty() {
-                    DEFAULT_TIERS.to_vec()
-                } else {
-                    out
-                }
-            }
-        };
-        let path = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let mut probe = ProbeOptions::default();
-        if let Some(lock) = path(vgpu_identity::resolve::ENV_LOCK) {
-            probe.lock_path = lock;
-        }
-        Settings {
-            eager,
-            tiers,
-            broker: path(vgpu_identity::resolve::ENV_BROKER),
-            procfs: path(vgpu_identity::resolve::ENV_PROCFS),
-            probe,
-            problems,
-        }
-    }
-}
-
-fn settings() -> &'static Settings {
-    static S: OnceLock<Settings> = OnceLock::new();
-    S.get_or_init(|| {
-        let s = Settings::from_lookup(|k| std::env::var(k).ok());
-        for p in &s.problems {
-            crate::warn!("{p}");
-        }
-        if !crate::sys::at_fork_child(on_fork_child) {
-            crate::warn!(
-                "pthread_atfork failed; a forked child would report its parent's host PID"
-            );
-        }
-        s
-    })
 }
 
 // Process-wide state. STATE moves NotStarted -> Running -> Resolved/Failed,
@@ -181,9 +79,9 @@ static NEXT_RETRY_NS: AtomicU64 = AtomicU64::new(0);
 static HOLDS_CONTEXT: AtomicBool = AtomicBool::new(false);
 static FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
 
-unsafe extern "C" fn on_fork_child() {
-    // Atomics only (see state::on_fork_child): the child is a new process
-    // with its own host PID and no contexts.
+fn on_fork_child() {
+    // Atomics only: the child is a new process with its own host PID and
+    // no contexts.
     STATE.store(NOT_STARTED, Ordering::Release);
     HOST_PID.store(0, Ordering::Release);
     ATTEMPTS.store(0, Ordering::Relaxed);
@@ -218,12 +116,12 @@ enum Trigger {
     Launch,
 }
 
-/// Post-init step of `cuInit` (called by `state::cu_init` after the real
+/// Post-init step of `cuInit` (called by `init::cu_init` after the real
 /// `cuInit`). Lazy mode does nothing but say whether identity will be
 /// needed; eager mode resolves here, between `IdentityEnter`/`IdentityExit`.
 pub fn post_init(p: &Proc) {
-    let s = settings();
-    if s.eager {
+    register_fork();
+    if p.cfg.identity.eager {
         if STATE.load(Ordering::Acquire) == NOT_STARTED {
             resolve(p, Trigger::Eager, NOT_STARTED);
         }
@@ -253,10 +151,10 @@ pub fn before_context(dev: i32) {
 
 #[cold]
 fn before_first_context(dev: i32) {
-    // Registers the fork handler before HOLDS_CONTEXT changes (a forked
+    // Registers the fork reset before HOLDS_CONTEXT changes (a forked
     // child holds no context).
-    let _ = settings();
-    if let Some(p) = crate::state::attached() {
+    register_fork();
+    if let Some(p) = crate::attach::attached() {
         if p.sm_limited && STATE.load(Ordering::Acquire) == NOT_STARTED {
             resolve(p, Trigger::FirstContext(dev.max(0) as u32), NOT_STARTED);
         }
@@ -269,6 +167,7 @@ fn before_first_context(dev: i32) {
 /// resolves; after a failure, a retry when its backoff has passed.
 #[inline]
 pub fn on_limited_launch(p: &Proc) {
+    register_fork();
     match STATE.load(Ordering::Acquire) {
         RESOLVED | RUNNING => {}
         NOT_STARTED => resolve(p, Trigger::Launch, NOT_STARTED),
@@ -280,128 +179,14 @@ pub fn on_limited_launch(p: &Proc) {
     }
 }
 
-/// What one pass over the tiers found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    /// The tier that answered, or the last one tried.
-    pub tier: Tier,
-    pub host_pid: Option<u32>,
-    pub attempts: u32,
-    /// The last tried tier's failure (`NONE` on success).
-    pub failure: FailureCode,
-    /// Each tier considered, with its failure (`NONE`: answered).
-    pub tried: Vec<(TierKind, FailureCode)>,
-    pub duration_ns: u64,
-}
-
-/// Runs the tiers of `s` in order. `probe` gives the driver for the probe
-/// tier (`None`: not possible now, e.g. the process holds a context).
-pub fn run_tiers(
-    s: &Settings,
-    mut probe_driver: Option<&mut dyn probe::ProbeDriver>,
-    probe_device: u32,
-) -> Outcome {
-    let start = Instant::now();
-    let mut out = Outcome {
-        tier: Tier::NONE,
-        host_pid: None,
-        attempts: 0,
-        failure: FailureCode::NONE,
-        tried: Vec::new(),
-        duration_ns: 0,
-    };
-    for &t in &s.tiers {
-        let (tier, result): (Tier, Result<u32, FailureCode>) = match t {
-            TierKind::SameNamespace => {
-                // Not a failure when it does not apply: just not this tier.
-                if procfs::in_initial_pid_namespace(Path::new("/proc")).unwrap_or(false) {
-                    (Tier::SAME_NAMESPACE, Ok(std::process::id()))
-                } else {
-                    continue;
-                }
-            }
-            TierKind::Broker => match &s.broker {
-                None => {
-                    out.tried.push((t, FailureCode::BROKER_NOT_CONFIGURED));
-                    continue;
-                }
-                Some(path) => {
-                    out.attempts += 1;
-                    let r =
-                        vgpu_identity::client::query_broker_with(path, &ClientOptions::default());
-                    (Tier::BROKER, r.map_err(|e| e.failure_code()))
-                }
-            },
-            TierKind::Procfs => match &s.procfs {
-                None => {
-                    out.tried.push((t, FailureCode::PROCFS_NOT_CONFIGURED));
-                    continue;
-                }
-                Some(mount) => {
-                    out.attempts += 1;
-                    let r = procfs::host_pid_from_mount(mount);
-                    (Tier::PROCFS, r.map_err(|e| e.failure_code()))
-                }
-            },
-            TierKind::Probe => match probe_driver.as_deref_mut() {
-                None => {
-                    out.tried.push((t, FailureCode::PROBE_NOT_AVAILABLE));
-                    continue;
-                }
-                Some(d) => {
-                    let opts = ProbeOptions {
-                        device: probe_device,
-                        ..s.probe.clone()
-                    };
-                    let r = probe::probe_host_pid(d, &opts);
-                    out.attempts += r.attempts.max(1);
-                    (Tier::PROBE, r.result.map_err(|e| e.failure_code()))
-                }
-            },
-        };
-        out.tier = tier;
-        match result {
-            Ok(pid) => {
-                out.tried.push((t, FailureCode::NONE));
-                out.host_pid = Some(pid);
-                out.failure = FailureCode::NONE;
-                break;
-            }
-            Err(code) => {
-                out.tried.push((t, code));
-                out.failure = code;
-            }
-        }
-    }
-    if out.host_pid.is_none() && out.failure == FailureCode::NONE {
-        // Nothing could even be tried: say why (the first tier's reason).
-        out.failure = out
-            .tried
-            .first()
-            .map_or(FailureCode::PROBE_NOT_AVAILABLE, |t| t.1);
-    }
-    out.duration_ns = start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-    out
-}
-
-fn region_tier(t: Tier) -> IdentityTier {
-    match t {
-        Tier::BROKER => IdentityTier::Broker,
-        Tier::PROCFS => IdentityTier::HostProcfs,
-        Tier::PROBE => IdentityTier::NvmlProbe,
-        Tier::SAME_NAMESPACE => IdentityTier::SameNamespace,
-        _ => IdentityTier::None,
-    }
-}
-
 /// `broker: BROKER_MISSING (101), procfs: …` for the log line.
-fn describe(tried: &[(TierKind, FailureCode)]) -> String {
-    if tried.is_empty() {
+fn describe(r: &Resolution) -> String {
+    if r.tried.is_empty() {
         return "no tier applies".into();
     }
-    tried
+    r.tried
         .iter()
-        .map(|(t, c)| format!("{}: {c}", t.name()))
+        .map(|(t, c)| format!("{}: {c}", tier_name(t)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -415,7 +200,7 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
     {
         return;
     }
-    let s = settings();
+    let s = &p.cfg.identity;
     let slot = p.ledger.as_ref().map(|l| l.region().slot(l.slot()));
     let before = ATTEMPTS.load(Ordering::Relaxed);
     if let Some(sl) = &slot {
@@ -432,17 +217,18 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
         _ => None,
     };
     let mut driver = probe_dev
-        .filter(|_| s.tiers.contains(&TierKind::Probe))
-        .and_then(|_| crate::probe_driver::RealDriver::new());
-    let out = run_tiers(
-        s,
-        driver.as_mut().map(|d| d as &mut dyn probe::ProbeDriver),
-        probe_dev.unwrap_or(0),
+        .filter(|_| s.tiers.contains(&IdentityTier::NvmlProbe))
+        .and_then(|_| probe::real());
+    let res = vgpu_identity::resolve::resolve(
+        &resolve_config(s, probe_dev.unwrap_or(0)),
+        driver.as_mut().map(|d| d as &mut dyn ProbeDriver),
     );
     drop(driver);
+    let out = res.telemetry;
+    let duration_ns = out.duration.as_nanos().min(u128::from(u64::MAX)) as u64;
     let attempts = ATTEMPTS.fetch_add(out.attempts, Ordering::Relaxed) + out.attempts;
     if let Some(sl) = &slot {
-        let failed_tiers = out
+        let failed_tiers = res
             .tried
             .iter()
             .filter(|(_, c)| *c != FailureCode::NONE)
@@ -456,24 +242,18 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
             HOST_PID.store(pid, Ordering::Release);
             if let Some(sl) = &slot {
                 sl.set_host_pid(pid);
-                sl.set_identity(
-                    region_tier(out.tier),
-                    IdentityState::Resolved,
-                    attempts,
-                    0,
-                    out.duration_ns,
-                );
+                sl.set_identity(out.tier, IdentityState::Resolved, attempts, 0, duration_ns);
             }
             if FAILURES.load(Ordering::Relaxed) > 0 {
                 crate::info!(
                     "host PID {pid} found by tier {} after {attempts} attempt(s)",
-                    out.tier.name()
+                    tier_name(out.tier)
                 );
             } else {
                 crate::debug!(
                     "host PID {pid} found by tier {} in {} us",
-                    out.tier.name(),
-                    out.duration_ns / 1000
+                    tier_name(out.tier),
+                    duration_ns / 1000
                 );
             }
             STATE.store(RESOLVED, Ordering::Release);
@@ -487,14 +267,14 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
             );
             if let Some(sl) = &slot {
                 sl.set_identity(
-                    region_tier(out.tier),
+                    out.tier,
                     IdentityState::Failed,
                     attempts,
                     u32::from(out.failure.0),
-                    out.duration_ns,
+                    duration_ns,
                 );
             }
-            let what = describe(&out.tried);
+            let what = describe(&res);
             if !FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
                 crate::warn!(
                     "host PID unknown ({what}); the SM limit stays configured, pending identity; retrying on launches with backoff"
@@ -515,81 +295,66 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use std::path::Path;
+    use vgpu_identity::procfs;
 
-    fn settings_of(vars: &[(&str, &str)]) -> Settings {
-        let m: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Settings::from_lookup(|k| m.get(k).cloned())
+    fn identity_of(vars: &[(&str, &str)]) -> config::Identity {
+        config::Config::from_vars(vars.iter().copied()).identity
     }
 
-    #[test]
-    fn tiers_order_subset_and_bad_names() {
-        let s = settings_of(&[]);
-        assert_eq!(s.tiers, DEFAULT_TIERS);
-        assert!(!s.eager && s.problems.is_empty());
-        let s = settings_of(&[(ENV_TIERS, "probe, broker,probe"), (ENV_MODE, "eager")]);
-        assert_eq!(s.tiers, [TierKind::Probe, TierKind::Broker]);
-        assert!(s.eager);
-        let s = settings_of(&[(ENV_TIERS, "broker,warp"), (ENV_MODE, "soon")]);
-        assert_eq!(s.tiers, [TierKind::Broker]);
-        assert!(!s.eager);
-        assert_eq!(s.problems.len(), 2, "{:?}", s.problems);
-        assert!(s.problems[0].contains("\"soon\""), "{:?}", s.problems);
-        assert!(s.problems[1].contains("warp"), "{:?}", s.problems);
-        let s = settings_of(&[(ENV_TIERS, "nonsense")]);
-        assert_eq!(s.tiers, DEFAULT_TIERS);
-        assert!(s.problems[0].contains("default order"));
+    fn run(s: &config::Identity) -> Resolution {
+        vgpu_identity::resolve::resolve::<dyn ProbeDriver>(&resolve_config(s, 0), None)
     }
 
     #[test]
     fn forced_tiers_skip_the_namespace_shortcut_and_report_each_failure() {
         let dir = tempfile::tempdir().unwrap();
-        let s = settings_of(&[
-            (ENV_TIERS, "broker,procfs,probe"),
+        let s = identity_of(&[
+            (config::ENV_IDENTITY_TIERS, "broker,procfs,probe"),
             (
                 "LIBVGPU_HOSTPID_BROKER",
                 dir.path().join("absent.sock").to_str().unwrap(),
             ),
         ]);
-        let out = run_tiers(&s, None, 0);
-        assert_eq!(out.host_pid, None);
-        assert_eq!(out.attempts, 1);
-        assert_eq!(out.tier, Tier::BROKER);
-        assert_eq!(out.failure, FailureCode::BROKER_MISSING);
+        let out = run(&s);
+        assert_eq!(out.host_pid(), None);
+        assert_eq!(out.telemetry.attempts, 1);
+        assert_eq!(out.telemetry.tier, IdentityTier::Broker);
+        assert_eq!(out.telemetry.failure, FailureCode::BROKER_MISSING);
         assert_eq!(
-            out.tried,
+            out.tried.iter().collect::<Vec<_>>(),
             [
-                (TierKind::Broker, FailureCode::BROKER_MISSING),
-                (TierKind::Procfs, FailureCode::PROCFS_NOT_CONFIGURED),
-                (TierKind::Probe, FailureCode::PROBE_NOT_AVAILABLE),
+                (IdentityTier::Broker, FailureCode::BROKER_MISSING),
+                (IdentityTier::HostProcfs, FailureCode::PROCFS_NOT_CONFIGURED),
+                (IdentityTier::NvmlProbe, FailureCode::PROBE_NOT_AVAILABLE),
             ]
         );
-        let line = describe(&out.tried);
+        let line = describe(&out);
         assert!(line.contains("broker: BROKER_MISSING (101)"), "{line}");
     }
 
     #[test]
-    fn nothing_configured_names_the_first_reason() {
-        let s = settings_of(&[(ENV_TIERS, "procfs")]);
-        let out = run_tiers(&s, None, 0);
-        assert_eq!(out.host_pid, None);
-        assert_eq!(out.attempts, 0);
-        assert_eq!(out.failure, FailureCode::PROCFS_NOT_CONFIGURED);
+    fn nothing_configured_names_the_reason() {
+        let s = identity_of(&[(config::ENV_IDENTITY_TIERS, "procfs")]);
+        let out = run(&s);
+        assert_eq!(out.host_pid(), None);
+        assert_eq!(out.telemetry.attempts, 0);
+        assert_eq!(out.telemetry.failure, FailureCode::PROCFS_NOT_CONFIGURED);
     }
 
     #[test]
     fn procfs_tier_reads_the_mount() {
         // This test process's /proc: accepted only in the initial namespace.
-        let s = settings_of(&[(ENV_TIERS, "procfs"), ("LIBVGPU_HOST_PROCFS", "/proc")]);
-        let out = run_tiers(&s, None, 0);
+        let s = identity_of(&[
+            (config::ENV_IDENTITY_TIERS, "procfs"),
+            ("LIBVGPU_HOST_PROCFS", "/proc"),
+        ]);
+        let out = run(&s);
         if procfs::in_initial_pid_namespace(Path::new("/proc")).unwrap() {
-            assert_eq!(out.host_pid, Some(std::process::id()));
-            assert_eq!(out.tier, Tier::PROCFS);
+            assert_eq!(out.host_pid(), Some(std::process::id()));
+            assert_eq!(out.telemetry.tier, IdentityTier::HostProcfs);
         } else {
-            assert_eq!(out.failure, FailureCode::PROCFS_OWN_NAMESPACE);
+            assert_eq!(out.telemetry.failure, FailureCode::PROCFS_OWN_NAMESPACE);
         }
     }
 }

@@ -1,4 +1,5 @@
-//! `CUDA_VISIBLE_DEVICES`: which physical (NVML) device each CUDA ordinal is.
+//! `CUDA_VISIBLE_DEVICES`: which physical (NVML) device each CUDA ordinal is
+//! (pure parsing; the map over NVML is in `views::nvml`).
 //!
 //! Follows the driver's rules: a comma-separated list of indices or UUIDs
 //! (`GPU-…`, a unique prefix is enough); parsing stops at the first invalid
