@@ -121,7 +121,12 @@ fn every_module_imports_only_downward() {
     let mut checked = 0;
     for f in &files {
         let rel = f.strip_prefix(&src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         // The crate root declares the modules; bin/ is a separate crate.
         if rel == Path::new("lib.rs") || first == "bin" {
             continue;
@@ -143,12 +148,22 @@ fn the_check_catches_upward_and_sideways_imports() {
     let v = violations("memory", "use crate::ffi::cuda;\nfn f() {}");
     assert_eq!(v, ["`memory` (layer 6) imports `ffi` (layer 9)"]);
     // Grouped, and a macro defined above.
-    let v = violations("driver", "use crate::{sys, attach::Proc};\ncrate::hooks! {}");
+    let v = violations(
+        "driver",
+        "use crate::{sys, attach::Proc};\ncrate::hooks! {}",
+    );
     assert_eq!(v.len(), 2, "{v:?}");
     // Sideways within a layer (a cycle in the making).
-    assert_eq!(violations("ledger", "crate::driver::table::ensure(x);").len(), 1);
+    assert_eq!(
+        violations("ledger", "crate::driver::table::ensure(x);").len(),
+        1
+    );
     // Downward is fine; comments do not count.
-    assert!(violations("memory", "use crate::ledger::Ledger; // crate::ffi\ncrate::warn!(\"x\");").is_empty());
+    assert!(violations(
+        "memory",
+        "use crate::ledger::Ledger; // crate::ffi\ncrate::warn!(\"x\");"
+    )
+    .is_empty());
     // A module nobody gave a layer fails too.
     assert_eq!(violations("gadget", "").len(), 1);
 }
