@@ -94,7 +94,7 @@ fn the_owned_thread_starts_on_first_need_restarts_in_a_forked_child_and_stops_at
 
     // cuInit (attach: the test job asks for the thread), then fork; the
     // child's first CUDA call attaches again and restarts the thread there.
-    let mut child = command(&c_program("fork_hold"), &["600"], &env)
+    let child = command(&c_program("fork_hold"), &["600"], &env)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
