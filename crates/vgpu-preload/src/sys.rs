@@ -53,6 +53,13 @@ pub fn real_dlsym() -> Option<DlsymFn> {
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
 }
 
+/// Sets glibc's `dlsym` as a front object found it (before anything here
+/// asks for it: this library is then loaded privately, and a lookup
+/// relative to it would not find glibc's).
+pub fn set_real_dlsym(p: *mut c_void) {
+    REAL_DLSYM.store(p, Ordering::Release);
+}
+
 /// Looks `name` up in `handle` with the real `dlsym`; null when absent.
 pub(crate) fn lookup(handle: *mut c_void, name: &CStr) -> *mut c_void {
     match real_dlsym() {

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use vgpu::driver::api::{Entry, ENTRIES};
+use vgpu_core::driver::api::{Entry, ENTRIES};
 
 /// The C spelling of a type as the list writes it in Rust.
 fn c_type(t: &str) -> String {

@@ -40,23 +40,29 @@ pub fn bound() -> bool {
 /// The front's entry: binds its exports (`names[i]` exported at
 /// `exports[i]`, `n` of them) and returns this library's hook for each
 /// name in the same order (null where it has none), or null when the
-/// binding ABI differs. Called once, from the front's loader.
+/// binding ABI differs. `real_dlsym` is glibc's `dlsym` as the front found
+/// it (this library, loaded privately by the front, must not look it up
+/// relative to itself). Called once, from the front's loader.
 ///
 /// # Safety
 /// `names` and `exports` point at `n` valid entries; each name is
 /// NUL-terminated and lives as long as the process (the front is never
-/// unloaded).
+/// unloaded); `real_dlsym` is null or glibc's `dlsym`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn vgpu_core_bind(
     abi: u32,
     names: *const *const c_char,
     exports: *const *mut c_void,
     n: usize,
+    real_dlsym: *mut c_void,
 ) -> *const *mut c_void {
     let run = || {
         if abi != BIND_ABI || names.is_null() || exports.is_null() {
             crate::error!("libvgpu.so front and core disagree (binding {abi}, core {BIND_ABI}); reinstall both");
             return std::ptr::null();
+        }
+        if !real_dlsym.is_null() {
+            crate::sys::set_real_dlsym(real_dlsym);
         }
         // SAFETY: per this function's contract, `n` entries each.
         let (names, exports) = unsafe {
@@ -109,4 +115,49 @@ pub unsafe extern "C" fn vgpu_core_route_dlsym(
     }
     // SAFETY: per this function's contract (non-null checked above).
     unsafe { super::dlsym::route_found(symbol, found) }
+}
+
+/// `front/hooks.h`: the front's list of exports, generated from the hook
+/// table (X-macro `HOOKS(X)` with `X(index, name, lib)`, lib `c`/`n`).
+pub fn front_header() -> String {
+    let mut s = String::from(
+        "/* Generated from the hook table (crates/vgpu-preload/src/ffi); do not edit.\n \
+         * `cargo test -p vgpu-preload` fails when this file is stale; regenerate\n \
+         * with `VGPU_BLESS=1 cargo test -p vgpu-preload front_header`. */\n\
+         #ifndef VGPU_FRONT_HOOKS_H\n#define VGPU_FRONT_HOOKS_H\n\n",
+    );
+    let hooks: Vec<&HookInfo> = super::all().collect();
+    s.push_str(&format!(
+        "#define HOOK_COUNT {}\n\n#define HOOKS(X) \\\n",
+        hooks.len()
+    ));
+    for (i, h) in hooks.iter().enumerate() {
+        let lib = match h.lib() {
+            crate::driver::Lib::Cuda => 'c',
+            crate::driver::Lib::Nvml => 'n',
+        };
+        s.push_str(&format!("    X({i}, {}, {lib}) \\\n", h.name));
+    }
+    s.push_str(
+        "\n#define HOOK_NAME(i, name, lib) #name \"\\0\"\n\
+         #define HOOK_LIB(i, name, lib) #lib\n\n#endif\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn front_header_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("front/hooks.h");
+        let want = super::front_header();
+        if std::env::var_os("VGPU_BLESS").is_some() {
+            std::fs::write(&path, &want).expect("write front/hooks.h");
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "front/hooks.h is stale; run VGPU_BLESS=1 cargo test -p vgpu-preload front_header"
+        );
+    }
 }
