@@ -33,6 +33,7 @@ fn main() {
     // The core's references to its own exports bind to itself, not to the
     // front's exports of the same names (which jump into the core: a loop).
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,noseparate-code");
     if target.starts_with("x86_64-") {
         front(&cc);
     } else {
@@ -80,12 +81,17 @@ fn front(cc: &str) {
             "-fvisibility=hidden",
         ])
         // Lazy binding: its few libc imports resolve at first use, not in
-        // every process that loads it.
+        // every process that loads it. Two segments (code, data) and no
+        // RELRO: fewer mmap/mprotect calls and page faults per process
+        // (strace: 36 syscalls for /bin/true here, an empty preload 39,
+        // none 30); its only writable data are the slots, written once at
+        // bind, and the lazy GOT, writable under lazy binding anyway.
         .args([
             "-Wl,-soname,libvgpu.so",
-            "-Wl,-z,relro",
             "-Wl,-z,lazy",
             "-Wl,--as-needed",
+            "-Wl,-z,noseparate-code",
+            "-Wl,-z,norelro",
         ])
         .arg("-o")
         .arg(&built)

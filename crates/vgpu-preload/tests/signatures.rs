@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use vgpu_core::driver::api::{Entry, ENTRIES};
+use vgpu_core::driver::api::{entries, Entry};
 
 /// The C spelling of a type as the list writes it in Rust.
 fn c_type(t: &str) -> String {
@@ -40,7 +40,7 @@ fn c_type(t: &str) -> String {
 }
 
 /// `RET (*vgpu_check_NAME)(PARAMS) = NAME;`
-fn declaration(e: &Entry, params: &[&str]) -> String {
+fn declaration(e: &Entry, params: &[&'static str]) -> String {
     let ps = if params.is_empty() {
         "void".to_string()
     } else {
@@ -100,8 +100,9 @@ fn compile(name: &str, src: &str) -> Result<(), String> {
 
 #[test]
 fn every_entry_matches_the_headers_prototype() {
-    assert!(ENTRIES.len() >= 60, "only {} entries", ENTRIES.len());
-    let src = source(ENTRIES.iter().map(|e| declaration(e, e.params)));
+    let all = entries();
+    assert!(all.len() >= 60, "only {} entries", all.len());
+    let src = source(all.iter().map(|e| declaration(e, &e.params)));
     if let Err(e) = compile("signatures", &src) {
         panic!(
             "the signature list disagrees with NVIDIA's headers:\n{e}\n--- generated ---\n{src}"
@@ -111,7 +112,8 @@ fn every_entry_matches_the_headers_prototype() {
 
 #[test]
 fn a_wrong_parameter_or_return_type_fails_the_check() {
-    let find = |n: &str| ENTRIES.iter().find(|e| e.name() == n).unwrap();
+    let all = entries();
+    let find = |n: &str| all.iter().find(|e| e.name() == n).unwrap();
     // size_t bytesize declared as a 32-bit count.
     let alloc = find("cuMemAlloc_v2");
     let wrong = declaration(alloc, &["*mut CUdeviceptr", "c_uint"]);
@@ -129,10 +131,10 @@ fn a_wrong_parameter_or_return_type_fails_the_check() {
     assert!(compile("wrong_width", &source(std::iter::once(wrong))).is_err());
     // A wrong return type.
     let init = find("cuInit");
-    let e = declaration(init, init.params).replacen("CUresult", "nvmlReturn_t", 1);
+    let e = declaration(init, &init.params).replacen("CUresult", "nvmlReturn_t", 1);
     assert!(compile("wrong_ret", &source(std::iter::once(e))).is_err());
     // And the control: the right ones compile on their own.
-    let right = [alloc, count, proc_, init].map(|e| declaration(e, e.params));
+    let right = [alloc, count, proc_, init].map(|e| declaration(e, &e.params));
     assert_eq!(compile("right", &source(right.into_iter())), Ok(()));
 }
 

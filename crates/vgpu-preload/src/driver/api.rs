@@ -2,7 +2,8 @@
 //! their C types as `cuda.h` / `nvml.h` spell them.
 //!
 //! Everything typed comes from here: the function-pointer types
-//! ([`sig`]), the real-function table's slots ([`Fn`], one per entry),
+//! ([`sig`]), the real-function table's slots ([`Fn`], one per entry, with
+//! its symbol and library as code rather than relocated data),
 //! the typed getters (`api::cuMemAlloc_v2()`), and the hook exports in
 //! `ffi/`, which a compile-time check ties to the entry of the same name.
 //! `tests/signatures.rs` compiles every entry's prototype against NVIDIA's
@@ -17,23 +18,24 @@ use vgpu_cuda_abi::*;
 
 use super::table::{self, Lib};
 
-/// One entry of the list, for the table and the header check.
-#[derive(Debug)]
+/// One entry of the list, for the header check and the docs (built on
+/// demand: the library's hot paths use [`Fn`]'s methods, which are code,
+/// not relocated data in every process that loads the library).
+#[derive(Debug, Clone)]
 pub struct Entry {
-    /// The exact (versioned) symbol, NUL-terminated for `dlsym`.
-    pub symbol: &'static CStr,
-    pub lib: Lib,
+    pub f: Fn,
     /// Parameter types as written in the list (`*mut CUdeviceptr`, `usize`).
-    pub params: &'static [&'static str],
+    pub params: Vec<&'static str>,
     pub ret: &'static str,
 }
 
 impl Entry {
     pub fn name(&self) -> &'static str {
-        self.symbol.to_str().unwrap_or("")
+        self.f.name()
     }
 }
 
+/// A NUL-terminated literal as a `CStr`, checked at compile time.
 const fn cstr(s: &'static str) -> &'static CStr {
     match CStr::from_bytes_with_nul(s.as_bytes()) {
         Ok(c) => c,
@@ -69,13 +71,32 @@ macro_rules! driver_api {
         /// Every slot in order (`FNS[i] as usize == i`).
         static FNS: [Fn; COUNT] = [$(Fn::$name),*];
 
-        /// Every entry, in slot order.
-        pub static ENTRIES: [Entry; COUNT] = [$(Entry {
-            symbol: cstr(concat!(stringify!($name), "\0")),
-            lib: lib_of!($lib),
-            params: &[$(stringify!($ty)),*],
-            ret: stringify!($ret),
-        }),*];
+        impl Fn {
+            /// The exact (versioned) symbol, for `dlsym`.
+            pub fn symbol(self) -> &'static CStr {
+                match self {
+                    $(Fn::$name => {
+                        const C: &CStr = cstr(concat!(stringify!($name), "\0"));
+                        C
+                    })*
+                }
+            }
+
+            pub fn lib(self) -> Lib {
+                match self { $(Fn::$name => lib_of!($lib),)* }
+            }
+
+            /// The entry as the list spells it.
+            pub fn entry(self) -> Entry {
+                match self {
+                    $(Fn::$name => Entry {
+                        f: self,
+                        params: vec![$(stringify!($ty)),*],
+                        ret: stringify!($ret),
+                    },)*
+                }
+            }
+        }
 
         $(
             /// The real driver function, resolved on first use (`None`:
@@ -186,15 +207,17 @@ driver_api! {
 
 /// The entry of a symbol name, if the list has it.
 pub fn by_name(name: &str) -> Option<Fn> {
-    ENTRIES
-        .iter()
-        .position(|e| e.name() == name)
-        .map(|i| FNS[i])
+    Fn::all().find(|f| f.name() == name)
+}
+
+/// Every entry, in slot order.
+pub fn entries() -> Vec<Entry> {
+    Fn::all().map(Fn::entry).collect()
 }
 
 impl Fn {
-    pub fn entry(self) -> &'static Entry {
-        &ENTRIES[self as usize]
+    pub fn name(self) -> &'static str {
+        self.symbol().to_str().unwrap_or("")
     }
 
     pub fn all() -> impl Iterator<Item = Fn> {
@@ -208,7 +231,7 @@ mod tests {
 
     #[test]
     fn slots_and_names_agree() {
-        assert_eq!(COUNT, ENTRIES.len());
+        assert_eq!(COUNT, entries().len());
         let mut seen = std::collections::HashSet::new();
         for f in Fn::all() {
             assert_eq!(FNS[f as usize], f);
@@ -216,7 +239,7 @@ mod tests {
             assert!(seen.insert(e.name()), "duplicate {}", e.name());
             assert_eq!(by_name(e.name()), Some(f));
             let cuda = e.name().starts_with("cu");
-            assert_eq!(e.lib == Lib::Cuda, cuda, "{}", e.name());
+            assert_eq!(f.lib() == Lib::Cuda, cuda, "{}", e.name());
             assert_eq!(e.ret, if cuda { "CUresult" } else { "nvmlReturn_t" });
         }
         assert_eq!(by_name("cuNotAFunction"), None);

@@ -117,17 +117,16 @@ pub fn handle(lib: Lib) -> *mut c_void {
 /// Looks `f` up in its loaded library by exact name and fills its slot;
 /// null when the driver lacks it or it resolves into this library.
 fn lookup(f: Fn) -> *mut c_void {
-    let e = f.entry();
-    let h = handle(e.lib);
+    let h = handle(f.lib());
     if h.is_null() {
         return std::ptr::null_mut();
     }
-    let mut p = sys::lookup(h, e.symbol);
+    let mut p = sys::lookup(h, f.symbol());
     if !p.is_null() && sys::is_own_code(p) {
         // The "driver" resolved to ourselves: never forward into a loop.
         crate::error!(
             "{} resolves to libvgpu.so itself; refusing to forward",
-            e.name()
+            f.name()
         );
         p = std::ptr::null_mut();
     }
@@ -150,7 +149,7 @@ pub fn address(f: Fn) -> *mut c_void {
 
 #[cold]
 fn resolve_slow(f: Fn) -> *mut c_void {
-    let lib = f.entry().lib;
+    let lib = f.lib();
     if !ensure(lib) {
         return std::ptr::null_mut();
     }
@@ -193,7 +192,7 @@ pub fn resolve_all(lib: Lib) {
         return;
     }
     let mut missing = 0;
-    for f in Fn::all().filter(|f| f.entry().lib == lib) {
+    for f in Fn::all().filter(|f| f.lib() == lib) {
         if peek(f).is_null() && lookup(f).is_null() {
             missing += 1;
         }

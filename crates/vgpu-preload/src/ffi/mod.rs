@@ -52,7 +52,7 @@ pub struct HookInfo {
 
 impl HookInfo {
     pub fn lib(&self) -> Lib {
-        self.real.entry().lib
+        self.real.lib()
     }
 
     /// The address callers should get for this hook: the front object's
@@ -204,7 +204,7 @@ mod tests {
                 "{}",
                 h.name
             );
-            assert_eq!(h.real.entry().name(), h.name, "slot of {}", h.name);
+            assert_eq!(h.real.name(), h.name, "slot of {}", h.name);
         }
     }
 }
