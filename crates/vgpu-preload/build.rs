@@ -33,7 +33,6 @@ fn main() {
     // The core's references to its own exports bind to itself, not to the
     // front's exports of the same names (which jump into the core: a loop).
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,noseparate-code");
     if target.starts_with("x86_64-") {
         front(&cc);
     } else {
