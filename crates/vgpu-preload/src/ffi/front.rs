@@ -71,21 +71,25 @@ pub unsafe extern "C" fn vgpu_core_bind(
                 std::slice::from_raw_parts(exports, n),
             )
         };
+        let hooks: Vec<&HookInfo> = super::all().collect();
         let mut impls: Vec<*mut c_void> = Vec::with_capacity(n);
-        let mut front = vec![0usize; super::all().count()];
-        for (&name, &export) in names.iter().zip(exports) {
+        let mut front = vec![0usize; hooks.len()];
+        for (k, (&name, &export)) in names.iter().zip(exports).enumerate() {
             // SAFETY: NUL-terminated and static per the contract.
-            let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
-            match super::all().position(|h| h.name == name) {
+            let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+            // Both lists come from the same table, so the same index is
+            // almost always the answer; a search only when it is not.
+            let i = match hooks.get(k) {
+                Some(h) if h.name.as_bytes() == name => Some(k),
+                _ => hooks.iter().position(|h| h.name.as_bytes() == name),
+            };
+            match i {
                 Some(i) => {
                     front[i] = export as usize;
-                    impls.push(
-                        super::all()
-                            .nth(i)
-                            .map_or(std::ptr::null_mut(), |h| (h.own)()),
-                    );
+                    impls.push((hooks[i].own)());
                 }
                 None => {
+                    let name = String::from_utf8_lossy(name);
                     crate::error!("libvgpu.so front exports {name}, which this core lacks; it fails as missing");
                     impls.push(std::ptr::null_mut());
                 }
