@@ -20,14 +20,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let r = match Region::open_read_only(&args.cache) {
         Ok(r) => r,
         Err(e) => {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(": ");
-                msg.push_str(&s.to_string());
-                src = s.source();
-            }
-            eprintln!("vgpu inspect: {msg}");
+            eprintln!("vgpu inspect: {}", vgpu_errors::chain(&e));
             return Ok(ExitCode::from(1));
         }
     };

@@ -38,14 +38,7 @@ pub enum Error {
 
 /// An error and its sources, one line (for test failure messages).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }
 
 /// The repository root (this crate lives in `crates/vgpu-conformance`).

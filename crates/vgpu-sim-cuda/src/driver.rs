@@ -257,14 +257,7 @@ pub fn machine_err(e: MachineError) -> CUresult {
 }
 
 pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }
 
 /// `cuInit`.

@@ -81,12 +81,5 @@ pub fn device(h: u64) -> R<(Arc<Machine>, usize)> {
 }
 
 pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }
