@@ -12,6 +12,8 @@
 //!   reclaim and no process judges a namespace it cannot see.
 //! - Exact admission: add to your own slot, then sum; over the limit, take
 //!   it back (see [`core`]).
+//! - The limits file ([`limits`]): the operator's limits, read-only to the
+//!   tenant; the region header keeps a display copy.
 //!
 //! The crate is meant to live inside a preloaded cdylib: it never panics on
 //! file contents, logs nothing, keeps no global state, starts no threads,
@@ -24,6 +26,8 @@ pub mod failpoint;
 #[cfg(not(loom))]
 pub mod ident;
 pub mod layout;
+#[cfg(not(loom))]
+pub mod limits;
 #[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]

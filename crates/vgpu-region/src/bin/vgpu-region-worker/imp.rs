@@ -171,6 +171,16 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `limits-write PATH TEXT`: parses TEXT and writes it atomically to PATH
+/// (the test runs it under a chosen umask).
+fn limits_write(path: &str, text: &str) -> Result<(), String> {
+    let l = vgpu_region::limits::Limits::parse(text).map_err(|e| format!("{e}"))?;
+    vgpu_region::limits::write_limits_file_atomic(Path::new(path), &l)
+        .map_err(|e| format!("{e}"))?;
+    println!("ok");
+    Ok(())
+}
+
 fn burst(region: &str, gate: &str, hold: &str, mode: &str) -> Result<(), String> {
     let r = Region::open(Path::new(region)).map_err(|e| format!("{e}"))?;
     let lock_path = format!("{region}.lock");
@@ -293,6 +303,7 @@ pub fn main() -> ExitCode {
         Some("script") if args.len() == 3 => script(&args[1], &args[2]),
         Some("burst") if args.len() == 5 => burst(&args[1], &args[2], &args[3], &args[4]),
         Some("race") => race(&args[1..]),
+        Some("limits-write") if args.len() == 3 => limits_write(&args[1], &args[2]),
         _ => Err(format!("usage: script|burst|race …, got {args:?}")),
     };
     match res {

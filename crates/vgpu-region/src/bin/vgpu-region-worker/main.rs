@@ -12,6 +12,8 @@
 //! - `race REGION BARRIER THREADS ROUNDS CHUNK PARTIES`: every thread reserves
 //!   CHUNK each round between two barriers; winners count themselves in
 //!   the barrier file and check the admitted total never exceeds the limit.
+//! - `limits-write PATH TEXT`: writes a limits file atomically (run by the
+//!   tests under a restrictive umask).
 
 #[cfg(not(loom))]
 mod imp;
