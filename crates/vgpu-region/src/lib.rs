@@ -29,6 +29,8 @@ pub mod layout;
 #[cfg(not(loom))]
 pub mod limits;
 #[cfg(not(loom))]
+mod open;
+#[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
 mod shm;
@@ -38,14 +40,14 @@ mod sync;
 pub mod telemetry;
 pub mod units;
 
-pub use crate::core::{AdmissionError, MemKind, Release};
+pub use crate::core::{AdmissionError, MemKind, Release, MAX_RESERVATION};
 #[cfg(not(loom))]
 pub use clock::{monotonic_ns, realtime_ns};
 pub use layout::{FormatError, HeaderInfo};
 #[cfg(not(loom))]
 pub use region::{
-    CreateOptions, DeviceConfig, LimitMismatch, Region, RegionError, SlotId, SlotOwner, SlotRef,
-    DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV,
+    CreateOptions, DeviceConfig, DisplayMismatch, LimitMismatch, Region, RegionError, SlotId,
+    SlotOwner, SlotRef, Unusable, DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV, REGION_MODE,
 };
 #[cfg(not(loom))]
 pub use snapshot::{DeviceSnapshot, IdentitySnapshot, SlotDeviceSnapshot, SlotSnapshot, Snapshot};
