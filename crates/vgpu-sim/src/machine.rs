@@ -177,15 +177,28 @@ impl Machine {
     pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), MachineError> {
         let cap = self.device(dev)?.memory_bytes;
         let r = self.rec()?;
-        r.mem[dev].fetch_add(bytes, Ordering::SeqCst);
+        let oom = |used: u64| MachineError::OutOfMemory {
+            device: dev,
+            requested: bytes,
+            free: cap.saturating_sub(used),
+        };
+        // More than the device holds can never fit; refusing it before it
+        // touches a counter keeps every counter representable (a
+        // `cuMemAlloc(SIZE_MAX)` must not wrap them).
+        if bytes > cap {
+            return Err(oom(self.state.used_bytes(dev)));
+        }
+        // Checked: the record never wraps, whatever was in it before.
+        if r.mem[dev]
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_add(bytes))
+            .is_err()
+        {
+            return Err(oom(self.state.used_bytes(dev)));
+        }
         let used = self.state.used_bytes(dev);
         if used > cap {
             r.mem[dev].fetch_sub(bytes, Ordering::SeqCst);
-            return Err(MachineError::OutOfMemory {
-                device: dev,
-                requested: bytes,
-                free: cap.saturating_sub(used - bytes),
-            });
+            return Err(oom(used.saturating_sub(bytes)));
         }
         Ok(())
     }

@@ -372,7 +372,8 @@ impl State {
             .map(|i| self.proc_rec(i))
             .filter(|r| r.state.load(Ordering::SeqCst) == PROC_LIVE)
             .map(|r| r.mem[dev].load(Ordering::SeqCst))
-            .sum()
+            // Saturating: a sum past u64 reads "full", never a small number.
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Live process records: (index, host pid).

@@ -245,6 +245,40 @@ fn memory_is_accounted_across_processes() {
 }
 
 #[test]
+fn an_unrepresentable_allocation_is_refused_without_wrapping_the_counters() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init",
+            "retain",
+            "0",
+            "alloc",
+            "512",
+            "alloc-bytes",
+            "max",
+            "alloc-bytes",
+            "18446744073709551104",
+            "ready",
+            "wait",
+        ],
+    );
+    p.expect("alloc ok");
+    // SIZE_MAX and SIZE_MAX - 511: CUDA_ERROR_OUT_OF_MEMORY, nothing charged.
+    assert_eq!(p.expect("alloc"), "alloc err 2");
+    assert_eq!(p.expect("alloc"), "alloc err 2");
+    p.expect("ready");
+    let state = sim.state().unwrap();
+    assert_eq!(state.used_bytes(0), 512 * MIB, "the 512 MiB still held");
+    assert_eq!(
+        nvml_procs(&sim).values().copied().collect::<Vec<_>>(),
+        vec![512 * MIB]
+    );
+    assert!(p.finish().success());
+}
+
+#[test]
 fn cold_retains_never_overlap_when_the_driver_serializes() {
     let sim = SimHandle::start(SimOptions::profile("a100-burst").unwrap()).expect("sim");
     let probes: Vec<Probe> = (0..8)

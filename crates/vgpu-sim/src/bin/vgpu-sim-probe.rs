@@ -8,6 +8,7 @@
 //! retain D | release D      primary context of device D (retain makes it current)
 //! ctx D                     cuCtxCreate_v2 on device D
 //! alloc MIB                 cuMemAlloc_v2 (prints `alloc ok` / `alloc err CODE`)
+//! alloc-bytes N|max         cuMemAlloc_v2 of N bytes (`max`: SIZE_MAX); same output
 //! alloc-async MIB           cuMemAllocAsync on the legacy stream (same output)
 //! launch BLOCK_US GRID MS   back-to-back launches for MS ms, then synchronize
 //! pid                       print `pid <getpid()>` (the pid in this namespace)
@@ -524,6 +525,18 @@ fn run() -> Result<(), String> {
             "alloc" => {
                 let mib: usize = num(args.next(), "alloc MIB")?;
                 let r = cuda.as_ref().ok_or("init first")?.alloc(mib << 20)?;
+                if r.is_success() {
+                    println!("alloc ok");
+                } else {
+                    println!("alloc err {}", r.0);
+                }
+            }
+            "alloc-bytes" => {
+                let n = match args.next().as_deref() {
+                    Some("max") => usize::MAX,
+                    other => num(other.map(str::to_string), "alloc-bytes N|max")?,
+                };
+                let r = cuda.as_ref().ok_or("init first")?.alloc(n)?;
                 if r.is_success() {
                     println!("alloc ok");
                 } else {
