@@ -11,6 +11,8 @@
 
 pub mod cuda;
 pub mod nvml;
+pub mod nvml_device;
 
 pub use cuda::*;
 pub use nvml::*;
+pub use nvml_device::*;

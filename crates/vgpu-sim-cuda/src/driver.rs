@@ -20,20 +20,30 @@ pub const GRANULARITY: u64 = 2 << 20;
 pub const CU_STREAM_LEGACY: u64 = 0x1;
 pub const CU_STREAM_PER_THREAD: u64 = 0x2;
 
-// Handle tags (top 16 bits) so handles of one kind are never taken for
-// another's.
-pub const T_CTX: u64 = 0xc7c7;
-pub const T_STREAM: u64 = 0x5757;
-pub const T_EVENT: u64 = 0xe7e7;
-pub const T_MODULE: u64 = 0x3d3d;
-pub const T_FUNC: u64 = 0xf0f0;
-pub const T_POOL: u64 = 0x9090;
-pub const T_GRAPH: u64 = 0x6a6a;
-pub const T_NODE: u64 = 0x6b6b;
-pub const T_EXEC: u64 = 0x6c6c;
-pub const T_ARRAY: u64 = 0xa4a4;
-pub const T_MIPMAP: u64 = 0xa5a5;
-pub const T_VMM: u64 = 0x7171;
+// Handle kinds. A handle is a pointer-like value a real driver could hand
+// out: a 16-byte-aligned user-space address (top bit clear, so bindings
+// that keep handles as signed 64-bit integers take them), with the kind in
+// bits 40..44 so that one kind is never taken for another.
+pub const T_CTX: u64 = 1;
+pub const T_STREAM: u64 = 2;
+pub const T_EVENT: u64 = 3;
+pub const T_MODULE: u64 = 4;
+pub const T_FUNC: u64 = 5;
+pub const T_POOL: u64 = 6;
+pub const T_GRAPH: u64 = 7;
+pub const T_NODE: u64 = 8;
+pub const T_EXEC: u64 = 9;
+pub const T_ARRAY: u64 = 10;
+pub const T_MIPMAP: u64 = 11;
+pub const T_VMM: u64 = 12;
+pub const T_LINK: u64 = 13;
+/// Handles live in `[HANDLE_BASE, HANDLE_BASE + 2^44)`.
+pub const HANDLE_BASE: u64 = 0x5000_0000_0000;
+
+/// The kind of a handle this driver made (None: not one of ours).
+pub fn handle_kind(h: u64) -> Option<u64> {
+    (h & !((1 << 44) - 1) == HANDLE_BASE && h.is_multiple_of(16)).then_some((h >> 40) & 0xf)
+}
 
 /// Device addresses (64-bit API) start here; v1 (32-bit) ones low.
 const VA_BASE: u64 = 0x7f00_0000_0000 - (1 << 44);
@@ -176,12 +186,16 @@ pub struct Inner {
     pub nodes: HashMap<u64, u64>,
     pub execs: HashMap<u64, Vec<KernelNode>>,
     pub primaries: Vec<Primary>,
+    /// Last work of each thread's per-thread default stream, per context
+    /// (by thread id: no TLS, see `CtxStack`).
+    pub pt_streams: HashMap<(i32, u64), u64>,
 }
 
 impl Inner {
-    pub fn id(&mut self, tag: u64) -> u64 {
+    pub fn id(&mut self, kind: u64) -> u64 {
         self.next_id += 1;
-        (tag << 48) | (self.next_id << 4)
+        // 2^36 handles before the counter would reach the kind bits.
+        HANDLE_BASE | (kind << 40) | ((self.next_id & ((1 << 36) - 1)) << 4)
     }
 
     /// A fresh device address range of `size` bytes aligned to `align`.
@@ -226,11 +240,28 @@ pub struct Driver {
 static DRIVER: OnceLock<Arc<Driver>> = OnceLock::new();
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 
+/// How deep one thread's context stack may grow (`cuCtxPushCurrent`).
+pub const CTX_STACK_DEPTH: usize = 256;
+
+/// One thread's context stack (top = current). Plain data with no
+/// destructor, so it stays readable while the thread's TLS is torn down:
+/// C++ runtimes release primary contexts from thread-local destructors and
+/// `atexit` handlers, and those calls must not find the stack gone.
+#[derive(Clone, Copy)]
+struct CtxStack {
+    len: usize,
+    items: [u64; CTX_STACK_DEPTH],
+}
+
 thread_local! {
-    /// This thread's context stack (top = current).
-    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-    /// Last work of this thread's per-thread default stream, per context.
-    static PT_STREAM: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::new());
+    static CTX_STACK: RefCell<CtxStack> =
+        const { RefCell::new(CtxStack { len: 0, items: [0; CTX_STACK_DEPTH] }) };
+}
+
+/// The calling thread's id, without TLS (usable during TLS teardown).
+fn thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -323,30 +354,65 @@ pub fn drv() -> R<&'static Driver> {
 }
 
 pub fn current_ctx() -> Option<u64> {
-    CTX_STACK.with(|s| s.borrow().last().copied())
+    CTX_STACK.with(|s| {
+        let s = s.borrow();
+        s.len.checked_sub(1).map(|i| s.items[i])
+    })
 }
 
 pub fn set_current(ctx: Option<u64>) {
     CTX_STACK.with(|s| {
         let mut s = s.borrow_mut();
         match ctx {
-            Some(c) => match s.last_mut() {
-                Some(top) => *top = c,
-                None => s.push(c),
-            },
-            None => {
-                s.pop();
+            Some(c) if s.len == 0 => {
+                s.items[0] = c;
+                s.len = 1;
             }
+            Some(c) => {
+                let top = s.len - 1;
+                s.items[top] = c;
+            }
+            None => s.len = s.len.saturating_sub(1),
         }
     })
 }
 
-pub fn push_current(ctx: u64) {
-    CTX_STACK.with(|s| s.borrow_mut().push(ctx));
+/// Push `ctx` on this thread's stack; a full stack is an error.
+pub fn push_current(ctx: u64) -> R {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len == CTX_STACK_DEPTH {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let n = s.len;
+        s.items[n] = ctx;
+        s.len += 1;
+        Ok(())
+    })
 }
 
 pub fn pop_current() -> Option<u64> {
-    CTX_STACK.with(|s| s.borrow_mut().pop())
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        s.len = s.len.checked_sub(1)?;
+        Some(s.items[s.len])
+    })
+}
+
+/// Drop `ctx` wherever it sits in this thread's stack.
+fn forget_current(ctx: u64) {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        let n = s.len;
+        let mut kept = 0;
+        for i in 0..n {
+            if s.items[i] != ctx {
+                s.items[kept] = s.items[i];
+                kept += 1;
+            }
+        }
+        s.len = kept;
+    })
 }
 
 impl Driver {
@@ -405,7 +471,10 @@ impl Driver {
         );
         drop(g);
         self.m.count_context(dev, 1);
-        push_current(id);
+        if let Err(e) = push_current(id) {
+            self.teardown(&mut self.lock(), id);
+            return Err(e);
+        }
         Ok(id)
     }
 
@@ -438,8 +507,9 @@ impl Driver {
         self.release_pools_locked(g);
         g.streams.retain(|_, s| s.ctx != ctx);
         self.m.count_context(c.dev, -1);
+        g.pt_streams.retain(|(_, c), _| *c != ctx);
         // Other threads may still name it; their calls fail as invalid.
-        CTX_STACK.with(|s| s.borrow_mut().retain(|x| *x != ctx));
+        forget_current(ctx);
     }
 
     pub fn ctx_destroy(&self, ctx: u64) -> R {
@@ -1172,7 +1242,7 @@ impl Driver {
     }
 
     pub fn array_destroy(&self, h: u64, tag: u64) -> R {
-        if h >> 48 != tag {
+        if handle_kind(h) != Some(tag) {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
         let (dev, size, _) = self
@@ -1282,7 +1352,7 @@ impl Driver {
     pub fn stream_seq(&self, ctx: u64, stream: u64, per_thread: bool) -> R<u64> {
         let g = self.lock();
         if per_thread {
-            return Ok(PT_STREAM.with(|m| m.borrow().get(&ctx).copied().unwrap_or(0)));
+            return Ok(g.pt_streams.get(&(thread_id(), ctx)).copied().unwrap_or(0));
         }
         if stream == 0 || stream == CU_STREAM_LEGACY {
             return Ok(g.ctxs.get(&ctx).map(|c| c.default_seq).unwrap_or(0));
@@ -1302,11 +1372,8 @@ impl Driver {
             }
         }
         if per_thread {
-            PT_STREAM.with(|m| {
-                let mut m = m.borrow_mut();
-                let e = m.entry(ctx).or_insert(0);
-                *e = (*e).max(end);
-            });
+            let e = g.pt_streams.entry((thread_id(), ctx)).or_insert(0);
+            *e = (*e).max(end);
         } else if let Some(s) = g.streams.get_mut(&stream) {
             s.last_seq = s.last_seq.max(end);
         }

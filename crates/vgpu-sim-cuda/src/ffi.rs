@@ -723,8 +723,8 @@ cu! {
         // SAFETY: out-pointer from the caller; null is rejected.
         unsafe { out(pctx, CUcontext(p(c))) }
     }
-    fn cuCtxPushCurrent(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)); Ok(()) }
-    fn cuCtxPushCurrent_v2(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)); Ok(()) }
+    fn cuCtxPushCurrent(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)) }
+    fn cuCtxPushCurrent_v2(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)) }
     fn cuCtxPopCurrent(pctx: *mut CUcontext) {
         // SAFETY: optional out-pointer from the caller.
         unsafe { ctx_pop(pctx) }

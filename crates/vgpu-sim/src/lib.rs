@@ -8,6 +8,7 @@
 //!   PID, release on death) and its protocol.
 //! - [`machine`]: a process's view (memory, contexts, costs, kernels) that
 //!   the simulated `libcuda.so.1` / `libnvidia-ml.so.1` are thin over.
+//! - [`telemetry`]: clocks, power, thermals NVML reports.
 //! - [`SimHandle`]: a private machine for tests.
 pub mod client;
 pub mod clock;
@@ -18,6 +19,7 @@ pub mod log;
 pub mod machine;
 pub mod scheduler;
 pub mod state;
+pub mod telemetry;
 
 pub use config::{ConfigError, CostModel, SimConfig};
 pub use handle::{link_libs, locate_artifact, SimError, SimHandle, SimOptions, LIB_LINKS};

@@ -447,6 +447,15 @@ impl Machine {
             .collect()
     }
 
+    /// How many processes hold a context on `dev` (no snapshot cost).
+    pub fn context_holders(&self, dev: usize) -> usize {
+        self.state
+            .live_procs()
+            .into_iter()
+            .filter(|(i, _)| self.state.proc_rec(*i).contexts[dev].load(Ordering::SeqCst) > 0)
+            .count()
+    }
+
     /// Processes holding a context on `dev`: (host pid, memory bytes).
     pub fn compute_processes(&self, dev: usize) -> Vec<(u32, u64)> {
         spend(self.header().nvml_snapshot_ns);
