@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use vgpu_cuda_abi::CUresult;
+use vgpu_sim::backing::Backing;
 use vgpu_sim::clock::{now_ns, spend};
 use vgpu_sim::{log, CtxCost, Machine, MachineError};
 
@@ -46,8 +47,8 @@ pub fn handle_kind(h: u64) -> Option<u64> {
 }
 
 /// Device addresses (64-bit API) start here; v1 (32-bit) ones low.
-const VA_BASE: u64 = 0x7f00_0000_0000 - (1 << 44);
-const VA32_BASE: u64 = 0x1000_0000;
+pub(crate) const VA_BASE: u64 = 0x7f00_0000_0000 - (1 << 44);
+pub(crate) const VA32_BASE: u64 = 0x1000_0000;
 const VA32_END: u64 = 0xffff_0000;
 
 #[derive(Clone, Debug)]
@@ -75,6 +76,11 @@ pub struct Event {
     /// Once recorded: the launch it waits for (0: none) and, once known,
     /// when that completed.
     pub mark: Option<(u64, Option<u64>)>,
+    /// Exported (`cuIpcGetEventHandle`): its records are published.
+    pub ipc: Option<(u32, u32)>,
+    /// Opened from another process (`cuIpcOpenEventHandle`): it happens
+    /// when that process's event does.
+    pub remote: Option<(u32, u32)>,
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +98,9 @@ pub enum AllocKind {
     Managed(Arc<memmap2::MmapRaw>),
     /// From a pool; host-located pools back it with host memory.
     Pool(u64, Option<Arc<memmap2::MmapRaw>>),
+    /// Another process's memory opened by `cuIpcOpenMemHandle`: charged to
+    /// its owner, not here.
+    Ipc,
 }
 
 #[derive(Clone, Debug)]
@@ -102,6 +111,10 @@ pub struct Alloc {
     /// What the device is charged (pools round up).
     pub charged: u64,
     pub kind: AllocKind,
+    /// Its bytes, made at the first data access (device memory only).
+    pub backing: Option<Arc<Backing>>,
+    /// The IPC export (token, nonce), once `cuIpcGetMemHandle` made one.
+    pub ipc: Option<(u32, u32)>,
 }
 
 /// A stream-ordered memory pool. `reserved` is what the device is charged
@@ -144,6 +157,8 @@ pub struct Vmm {
     pub size: u64,
     pub maps: u32,
     pub released: bool,
+    /// Its bytes, made at the first data access through a mapping.
+    pub backing: Option<Arc<Backing>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -164,8 +179,8 @@ pub struct Primary {
 #[derive(Default)]
 pub struct Inner {
     next_id: u64,
-    next_va: u64,
-    next_va32: u64,
+    pub(crate) next_va: u64,
+    pub(crate) next_va32: u64,
     pub ctxs: HashMap<u64, Ctx>,
     pub streams: HashMap<u64, Stream>,
     pub events: HashMap<u64, Event>,
@@ -179,8 +194,8 @@ pub struct Inner {
     pub current_pools: HashMap<usize, u64>,
     pub vmm: HashMap<u64, Vmm>,
     pub reservations: BTreeMap<u64, u64>,
-    /// Mapped ranges: start -> (size, vmm handle).
-    pub mappings: BTreeMap<u64, (u64, u64)>,
+    /// Mapped ranges: start -> (size, vmm handle, offset in the handle).
+    pub mappings: BTreeMap<u64, (u64, u64, u64)>,
     pub arrays: HashMap<u64, (usize, u64, u64)>,
     pub graphs: HashMap<u64, Vec<KernelNode>>,
     pub nodes: HashMap<u64, u64>,
@@ -665,6 +680,8 @@ impl Driver {
                 size,
                 charged: size,
                 kind: AllocKind::Device,
+                backing: None,
+                ipc: None,
             },
         );
         Ok(p)
@@ -687,6 +704,8 @@ impl Driver {
                 size,
                 charged: size,
                 kind: AllocKind::Managed(Arc::new(map)),
+                backing: None,
+                ipc: None,
             },
         );
         Ok(p as u64)
@@ -695,6 +714,9 @@ impl Driver {
     /// Returns an allocation's memory: to the device, or to its pool (which
     /// keeps it reserved until released).
     fn free_alloc(&self, g: &mut Inner, a: &Alloc) {
+        if let Some((token, nonce)) = a.ipc {
+            self.m.ipc_forget(token, nonce);
+        }
         let AllocKind::Pool(pool, _) = &a.kind else {
             // Managed memory is unmapped as the last `Arc` drops.
             self.m.unreserve(a.dev, a.charged);
@@ -1065,6 +1087,8 @@ impl Driver {
                 size,
                 charged,
                 kind: AllocKind::Pool(pool, backing),
+                backing: None,
+                ipc: None,
             },
         );
         Ok(p)
@@ -1102,6 +1126,7 @@ impl Driver {
                 size,
                 maps: 0,
                 released: false,
+                backing: None,
             },
         );
         Ok(id)
@@ -1170,11 +1195,11 @@ impl Driver {
             .mappings
             .range(..p + size)
             .next_back()
-            .is_some_and(|(s, (l, _))| s + l > p);
+            .is_some_and(|(s, (l, _, _))| s + l > p);
         if clash {
             return Err(CUresult::CUDA_ERROR_ALREADY_MAPPED);
         }
-        g.mappings.insert(p, (size, h));
+        g.mappings.insert(p, (size, h, offset));
         if let Some(v) = g.vmm.get_mut(&h) {
             v.maps += 1;
         }
@@ -1192,7 +1217,7 @@ impl Driver {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         for k in hit {
-            if let Some((_, h)) = g.mappings.remove(&k) {
+            if let Some((_, h, _)) = g.mappings.remove(&k) {
                 if let Some(v) = g.vmm.get_mut(&h) {
                     v.maps = v.maps.saturating_sub(1);
                     if v.released && v.maps == 0 {
@@ -1219,7 +1244,7 @@ impl Driver {
         let mapped: u64 = g
             .mappings
             .range(p..p.saturating_add(size))
-            .map(|(_, (l, _))| *l)
+            .map(|(_, (l, _, _))| *l)
             .sum();
         if mapped < size {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -1432,14 +1457,20 @@ impl Driver {
 
     pub fn stream_wait_event(&self, s: u64, e: u64, per_thread: bool) -> R {
         let (ctx, _) = self.stream_ctx(s)?;
-        let seq = self
-            .lock()
-            .events
-            .get(&e)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
-            .mark
-            .map(|m| m.0)
-            .unwrap_or(0);
+        let (mark, remote) = {
+            let g = self.lock();
+            let ev = g
+                .events
+                .get(&e)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            (ev.mark, ev.remote)
+        };
+        if let Some((t, n)) = remote {
+            // Another process's work cannot join this one's queue: wait
+            // for it here, so everything queued afterwards follows it.
+            return self.m.ipc_event_wait(t, n).map_err(machine_err);
+        }
+        let seq = mark.map(|m| m.0).unwrap_or(0);
         // The process's queue already runs launches in order; the stream
         // only has to remember what its synchronization now covers.
         let pt = per_thread && s == 0 || s == CU_STREAM_PER_THREAD;
@@ -1454,7 +1485,15 @@ impl Driver {
         self.ctx()?;
         let mut g = self.lock();
         let id = g.id(T_EVENT);
-        g.events.insert(id, Event { flags, mark: None });
+        g.events.insert(
+            id,
+            Event {
+                flags,
+                mark: None,
+                ipc: None,
+                remote: None,
+            },
+        );
         Ok(id)
     }
 
@@ -1467,8 +1506,26 @@ impl Driver {
             .events
             .get_mut(&e)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        if ev.remote.is_some() {
+            // An opened IPC event is only waited on here.
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
         ev.mark = Some((if at.is_some() { 0 } else { seq }, at));
+        if let Some((t, n)) = ev.ipc {
+            drop(g);
+            // Importers wait for what this record waits for.
+            self.m.ipc_event_mark(t, n, seq).map_err(machine_err)?;
+        }
         Ok(())
+    }
+
+    fn event_remote(&self, e: u64) -> R<Option<(u32, u32)>> {
+        Ok(self
+            .lock()
+            .events
+            .get(&e)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
+            .remote)
     }
 
     fn event_mark(&self, e: u64) -> R<Option<(u64, Option<u64>)>> {
@@ -1481,6 +1538,9 @@ impl Driver {
     }
 
     pub fn event_synchronize(&self, e: u64) -> R {
+        if let Some((t, n)) = self.event_remote(e)? {
+            return self.m.ipc_event_wait(t, n).map_err(machine_err);
+        }
         if let Some((seq, _)) = self.event_mark(e)? {
             self.m.wait(seq).map_err(machine_err)?;
         }
@@ -1489,6 +1549,13 @@ impl Driver {
     }
 
     pub fn event_query(&self, e: u64) -> R {
+        if let Some((t, n)) = self.event_remote(e)? {
+            return if self.m.ipc_event_done(t, n) {
+                Ok(())
+            } else {
+                Err(CUresult::CUDA_ERROR_NOT_READY)
+            };
+        }
         match self.event_mark(e)? {
             Some((seq, _)) if !self.m.done(seq) => Err(CUresult::CUDA_ERROR_NOT_READY),
             _ => Ok(()),

@@ -1281,3 +1281,6 @@ unsafe fn cuGraphInstantiateWithFlags_impl(exec: *mut CUgraphExec, g: CUgraph, _
     // SAFETY: non-null out-pointer from the caller.
     unsafe { out(exec, CUgraphExec(p(id))) }
 }
+
+mod data;
+pub use data::*;

@@ -2,6 +2,7 @@
 //! test double: everything it stands in for must also run against the real
 //! driver. See `docs/sim.md`.
 //!
+//! - [`backing`]: the bytes of device memory (sparse memfds).
 //! - [`config`]: profiles, `config.toml`, `VGPU_SIM_*` env.
 //! - [`state`]: the shared state file every driver process maps.
 //! - [`daemon`] / [`client`]: the machine's daemon (process records by host
@@ -10,6 +11,7 @@
 //!   the simulated `libcuda.so.1` / `libnvidia-ml.so.1` are thin over.
 //! - [`telemetry`]: clocks, power, thermals NVML reports.
 //! - [`SimHandle`]: a private machine for tests.
+pub mod backing;
 pub mod client;
 pub mod clock;
 pub mod config;
