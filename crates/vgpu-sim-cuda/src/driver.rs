@@ -169,6 +169,23 @@ pub struct KernelNode {
     pub param_ns: Option<u64>,
 }
 
+/// One node of a graph.
+#[derive(Clone, Copy, Debug)]
+pub enum GraphNode {
+    Kernel(KernelNode),
+    /// Stream-ordered allocation (`cuGraphAddMemAllocNode`): its address is
+    /// fixed at creation; the memory is made (and charged) at launch.
+    MemAlloc {
+        dptr: u64,
+        size: u64,
+        dev: usize,
+    },
+    /// `cuGraphAddMemFreeNode`: frees a graph allocation at launch.
+    MemFree {
+        dptr: u64,
+    },
+}
+
 #[derive(Default)]
 pub struct Primary {
     pub refcount: u32,
@@ -197,9 +214,26 @@ pub struct Inner {
     /// Mapped ranges: start -> (size, vmm handle, offset in the handle).
     pub mappings: BTreeMap<u64, (u64, u64, u64)>,
     pub arrays: HashMap<u64, (usize, u64, u64)>,
-    pub graphs: HashMap<u64, Vec<KernelNode>>,
+    pub graphs: HashMap<u64, Vec<GraphNode>>,
     pub nodes: HashMap<u64, u64>,
-    pub execs: HashMap<u64, Vec<KernelNode>>,
+    pub execs: HashMap<u64, Vec<GraphNode>>,
+    /// Graph node handle -> (graph, index of the node in it).
+    pub node_index: HashMap<u64, (u64, usize)>,
+    /// Modules whose kernels could not be read: any name resolves.
+    pub open_modules: std::collections::HashSet<u64>,
+    /// Graph allocations live now, per device: (current, high) bytes.
+    pub graph_mem: HashMap<usize, (u64, u64)>,
+    /// Live graph allocations: address -> (device, size).
+    pub graph_live: HashMap<u64, (usize, u64)>,
+    /// Per-context limits set by `cuCtxSetLimit`, cache configs, and
+    /// peer access granted by `cuCtxEnablePeerAccess`.
+    pub limits: HashMap<(u64, u32), u64>,
+    pub cache_config: HashMap<u64, u32>,
+    pub peers: std::collections::HashSet<(u64, u64)>,
+    /// Function attributes set by `cuFuncSetAttribute`.
+    pub func_attrs: HashMap<(u64, u32), i32>,
+    /// Link states: inputs' kernels so far, and the output once complete.
+    pub links: HashMap<u64, crate::query::Link>,
     pub primaries: Vec<Primary>,
     /// Last work of each thread's per-thread default stream, per context
     /// (by thread id: no TLS, see `CtxStack`).
@@ -505,6 +539,7 @@ impl Driver {
         for p in dead {
             if let Some(a) = g.allocs.remove(&p) {
                 self.free_alloc(g, &a);
+                crate::query::forget_graph_alloc(g, p);
             }
         }
         let dead: Vec<u64> = g
@@ -773,6 +808,7 @@ impl Driver {
             .remove(&p)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         self.free_alloc(&mut g, &a);
+        crate::query::forget_graph_alloc(&mut g, p);
         drop(g);
         if matches!(a.kind, AllocKind::Pool(..)) {
             // cuMemFree of a stream-ordered allocation synchronizes first.
@@ -1284,6 +1320,16 @@ impl Driver {
     pub fn module_load(&self, image: &str) -> R<u64> {
         self.ctx()?;
         let kernels = parse_image(image).ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
+        let open = kernels.iter().any(|k| k.name == "*");
+        let m = self.module_of(kernels.into_iter().filter(|k| k.name != "*").collect())?;
+        if open {
+            self.lock().open_modules.insert(m);
+        }
+        Ok(m)
+    }
+
+    /// A module offering `kernels`.
+    pub fn module_of(&self, kernels: Vec<Kernel>) -> R<u64> {
         let mut g = self.lock();
         let mut fids = Vec::new();
         for k in kernels {
@@ -1314,10 +1360,33 @@ impl Driver {
             .modules
             .get(&m)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        fids.iter()
+        if let Some(f) = fids
+            .iter()
             .copied()
             .find(|f| g.funcs.get(f).is_some_and(|k| k.name == name))
-            .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
+        {
+            return Ok(f);
+        }
+        if !g.open_modules.contains(&m) {
+            return Err(CUresult::CUDA_ERROR_NOT_FOUND);
+        }
+        // An open module (contents unreadable): every kernel it is asked
+        // for takes the image per-block time.
+        drop(g);
+        let block = self.m.header().image_block_ns;
+        let mut g = self.lock();
+        let f = g.id(T_FUNC);
+        g.funcs.insert(
+            f,
+            Kernel {
+                name: name.to_string(),
+                block_ns: Some(block),
+            },
+        );
+        if let Some(v) = g.modules.get_mut(&m) {
+            v.push(f);
+        }
+        Ok(f)
     }
 
     /// Per-block time of `f` given its first parameter (if the kernel
@@ -1628,10 +1697,18 @@ impl Driver {
         if deps.iter().any(|d| g.nodes.get(d) != Some(&graph)) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        Ok(Self::add_node(&mut g, graph, GraphNode::Kernel(node)))
+    }
+
+    /// Append `node` to `graph` (checked by the caller) and name it.
+    pub fn add_node(g: &mut Inner, graph: u64, node: GraphNode) -> u64 {
         let id = g.id(T_NODE);
-        g.graphs.get_mut(&graph).expect("present").push(node);
+        let nodes = g.graphs.entry(graph).or_default();
+        nodes.push(node);
+        let idx = nodes.len() - 1;
         g.nodes.insert(id, graph);
-        Ok(id)
+        g.node_index.insert(id, (graph, idx));
+        id
     }
 
     pub fn graph_instantiate(&self, graph: u64) -> R<u64> {
@@ -1654,7 +1731,11 @@ impl Driver {
             .cloned()
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         for n in nodes {
-            self.launch(&n, stream, per_thread, false)?;
+            match n {
+                GraphNode::Kernel(k) => self.launch(&k, stream, per_thread, false)?,
+                GraphNode::MemAlloc { dptr, size, dev } => self.graph_alloc(dptr, size, dev)?,
+                GraphNode::MemFree { dptr } => self.graph_free(dptr)?,
+            }
         }
         Ok(())
     }
@@ -1673,6 +1754,7 @@ impl Driver {
             .remove(&graph)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         g.nodes.retain(|_, gr| *gr != graph);
+        g.node_index.retain(|_, (gr, _)| *gr != graph);
         Ok(())
     }
 }

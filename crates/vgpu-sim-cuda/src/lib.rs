@@ -5,4 +5,6 @@
 pub mod data;
 pub mod driver;
 pub mod ffi;
+pub mod image;
 pub mod procaddr;
+pub mod query;

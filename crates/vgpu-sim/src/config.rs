@@ -148,7 +148,13 @@ pub struct KernelModel {
     pub nvml_window_ns: u64,
     /// Time slice of one context while others wait for the device.
     pub timeslice_ns: u64,
+    /// Per-block time of every kernel of a PTX, cubin or fatbin image
+    /// (such kernels run no code here; they only take time).
+    pub image_block_ns: u64,
 }
+
+/// Default per-block time of the kernels of PTX / cubin / fatbin images.
+pub const DEFAULT_IMAGE_BLOCK_NS: u64 = 10_000;
 
 impl Default for KernelModel {
     fn default() -> Self {
@@ -156,6 +162,7 @@ impl Default for KernelModel {
             queue_depth: 1024,
             nvml_window_ns: 1_000_000_000,
             timeslice_ns: 1_000_000,
+            image_block_ns: DEFAULT_IMAGE_BLOCK_NS,
         }
     }
 }
@@ -389,6 +396,10 @@ impl SimConfig {
                             "timeslice_us" => {
                                 let us = positive_u32(v).map_err(|p| field(&name, p))?;
                                 cfg.kernel.timeslice_ns = u64::from(us) * 1000;
+                            }
+                            "image_block_us" => {
+                                cfg.kernel.image_block_ns =
+                                    micros(v).map_err(|p| field(&name, p))?;
                             }
                             "nvml_window_ms" => {
                                 let ms = positive_u32(v).map_err(|p| field(&name, p))?;
@@ -630,7 +641,7 @@ mod tests {
         let c = SimConfig::parse_toml(
             "profile = \"a100-burst\"\ndevices = 2\n[device]\nmemory = \"40GiB\"\nsms = 108\n\
              [cost]\nprimary_retain_cold_us = 1000\nserialize_context_creation = false\n\
-             [kernel]\nqueue_depth = 8\nnvml_window_ms = 200\n",
+             [kernel]\nqueue_depth = 8\nnvml_window_ms = 200\nimage_block_us = 2.5\n",
             "t",
             None,
         )
@@ -643,6 +654,8 @@ mod tests {
         assert!(!c.cost.serialize_context_creation);
         assert_eq!(c.kernel.queue_depth, 8);
         assert_eq!(c.kernel.nvml_window_ns, 200_000_000);
+        assert_eq!(c.kernel.image_block_ns, 2_500);
+        assert_eq!(SimConfig::default().kernel.image_block_ns, 10_000);
     }
 
     fn err(text: &str) -> String {
@@ -695,7 +708,7 @@ mod tests {
             key in proptest::sample::select(vec![
                 "cost.init_us", "cost.ctx_create_us", "cost.primary_release_us",
                 "cost.serialize_context_creation", "device.sms", "device.memory",
-                "kernel.queue_depth", "kernel.nvml_window_ms",
+                "kernel.queue_depth", "kernel.nvml_window_ms", "kernel.image_block_us",
             ]),
             bad in proptest::sample::select(vec!["\"x\"", "-5", "[1]", "{a = 1}", "1e30"]),
         ) {

@@ -17,7 +17,7 @@ use memmap2::MmapRaw;
 use crate::config::{SimConfig, MAX_DEVICES};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 pub const MAX_PROCS: usize = 1024;
 /// Kernel intervals kept per device (a ring).
 pub const KERNEL_RING: usize = 65536;
@@ -82,6 +82,8 @@ pub struct Header {
     pub doorbell: AtomicU32,
     /// 1 while the scheduler is (about to be) asleep on `doorbell`.
     pub sched_sleeping: AtomicU32,
+    /// Per-block time of the kernels of PTX / cubin / fatbin images.
+    pub image_block_ns: u64,
 }
 
 #[repr(C)]
@@ -218,6 +220,7 @@ impl State {
             h.kernel_queue_depth = u64::from(cfg.kernel.queue_depth);
             h.nvml_window_ns = cfg.kernel.nvml_window_ns;
             h.timeslice_ns = cfg.kernel.timeslice_ns;
+            h.image_block_ns = cfg.kernel.image_block_ns;
             h.realtime_offset_ns =
                 crate::clock::realtime_ns() as i64 - crate::clock::now_ns() as i64;
         }
@@ -383,6 +386,7 @@ impl State {
         cfg.kernel.queue_depth = h.kernel_queue_depth as u32;
         cfg.kernel.nvml_window_ns = h.nvml_window_ns;
         cfg.kernel.timeslice_ns = h.timeslice_ns;
+        cfg.kernel.image_block_ns = h.image_block_ns;
         if let Some(d) = self.device(0) {
             let end = d.name.iter().position(|b| *b == 0).unwrap_or(NAME_LEN);
             cfg.device.name = String::from_utf8_lossy(&d.name[..end]).into_owned();
