@@ -34,6 +34,8 @@ pub type nvmlPcieUtilCounter_t = c_uint;
 pub const NVML_PCIE_UTIL_TX_BYTES: c_uint = 0;
 pub const NVML_PCIE_UTIL_RX_BYTES: c_uint = 1;
 
+/// `nvmlProcessDetailList_t::mode` values (nvml.h names them in prose only;
+/// these are pynvml's names).
 pub const NVML_PROCESS_MODE_COMPUTE: c_uint = 0;
 pub const NVML_PROCESS_MODE_GRAPHICS: c_uint = 1;
 pub const NVML_PROCESS_MODE_MPS: c_uint = 2;
