@@ -193,7 +193,7 @@ mod tests {
         b.extend_from_slice(&names);
         let text = b.len() as u64;
         b.extend_from_slice(&[0u8; 16]);
-        while b.len() % 8 != 0 {
+        while !b.len().is_multiple_of(8) {
             b.push(0);
         }
         let shoff = b.len() as u64;
