@@ -1119,3 +1119,91 @@ fn host_pools_take_no_device_memory_and_max_size_caps_a_pool() {
         "a host pool is not device memory"
     );
 }
+
+#[test]
+fn ipc_requests_are_checked_and_exports_go_with_their_owner() {
+    use vgpu_sim::client::{ipc_request, ClientError};
+    use vgpu_sim::daemon::{
+        CMD_IPC_EVENT_MARK, CMD_IPC_EVENT_WAIT, CMD_IPC_EXPORT, CMD_IPC_FORGET, CMD_IPC_OPEN,
+        STATUS_BAD_REQUEST, STATUS_DENIED, STATUS_GONE,
+    };
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let dir = sim.dir().to_path_buf();
+    let refused = |r: Result<_, ClientError>| match r {
+        Err(ClientError::Refused { status, .. }) => status,
+        Ok(_) => 0,
+        Err(e) => panic!("{e}"),
+    };
+    // This test process never registered: it may not export.
+    let b = vgpu_sim::backing::Backing::new(4096).unwrap();
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_EXPORT, 4096, 0, Some(b.fd()))),
+        STATUS_BAD_REQUEST
+    );
+    // Unknown tokens, wrong nonces: nothing to open, wait on or forget.
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_OPEN, 7, 7, None)),
+        STATUS_GONE
+    );
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_EVENT_WAIT, 7 << 32 | 7, 0, None)),
+        STATUS_GONE
+    );
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_FORGET, 7, 7, None)),
+        STATUS_DENIED
+    );
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_EVENT_MARK, 7 << 32 | 7, 1, None)),
+        STATUS_DENIED
+    );
+    // A registered exporter's memory opens (with its size) while it lives
+    // and is gone once it is killed.
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &["init", "retain", "0", "ipc-export", "3", "ready", "wait"],
+    );
+    let line = p.expect("ipc ");
+    let hex = line.trim_start_matches("ipc ");
+    let bytes: Vec<u8> = (0..8)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let token = u32::from_le_bytes(bytes[0..4].try_into().unwrap());
+    let nonce = u32::from_le_bytes(bytes[4..8].try_into().unwrap());
+    p.expect("ready");
+    let (_, size, fd) = ipc_request(&dir, CMD_IPC_OPEN, token.into(), nonce.into(), None)
+        .expect("open while the owner lives");
+    assert_eq!(size, 3 * MIB);
+    assert!(fd.is_some());
+    assert_eq!(
+        refused(ipc_request(
+            &dir,
+            CMD_IPC_OPEN,
+            token.into(),
+            u64::from(nonce) ^ 1,
+            None
+        )),
+        STATUS_GONE,
+        "a wrong nonce opens nothing"
+    );
+    p.child.kill().unwrap();
+    let _ = p.child.wait();
+    wait_until("the exporter's record released", || {
+        sim.state().unwrap().used_bytes(0) == 0
+    });
+    wait_until("its export forgotten", || {
+        refused(ipc_request(
+            &dir,
+            CMD_IPC_OPEN,
+            token.into(),
+            nonce.into(),
+            None,
+        )) == STATUS_GONE
+    });
+    // The daemon still serves.
+    assert_eq!(
+        run(&sim, &["init", "retain", "0", "alloc", "1"]),
+        vec!["alloc ok".to_string()]
+    );
+}
