@@ -14,6 +14,7 @@
 #include "check.h"
 #include "sim_kernel.h"
 
+#include <dirent.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -326,6 +327,44 @@ static void test_managed_and_sparse(CUdevice dev) {
     }
 }
 
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Many allocations, each touched: device memory costs the process no
+ * resource per allocation beyond the bytes (no descriptor each). */
+static void test_many_touched(void) {
+    enum { K = 2000 };
+    static CUdeviceptr p[K];
+    int before = open_fds(), made = 0;
+    for (int i = 0; i < K; i++) {
+        if (CU(cuMemAlloc_v2, &p[i], 4096) != CUDA_SUCCESS)
+            break;
+        unsigned v = (unsigned)i;
+        if (CU(cuMemcpyHtoD_v2, p[i] + 100, &v, 4) != CUDA_SUCCESS)
+            break;
+        made++;
+    }
+    CHECK(made == K, "%d of %d allocations made and written", made, K);
+    int ok = 1;
+    for (int i = 0; i < made; i++) {
+        unsigned v = 0;
+        ok &= CU(cuMemcpyDtoH_v2, &v, p[i] + 100, 4) == CUDA_SUCCESS && v == (unsigned)i;
+    }
+    CHECK(ok, "each of them holds its own value");
+    int after = open_fds();
+    CHECK(after - before <= 8, "%d touched allocations cost %d file descriptors", made, after - before);
+    for (int i = 0; i < made; i++)
+        CU(cuMemFree_v2, p[i]);
+}
+
 static void test_pointers(CUdevice dev) {
     CUdeviceptr p = 0;
     if (!OK_CU(cuMemAlloc_v2, &p, 5 * MiB))
@@ -498,6 +537,7 @@ int main(int argc, char **argv) {
     test_2d_3d();
     test_managed_and_sparse(dev);
     test_pointers(dev);
+    test_many_touched();
     test_ipc("/proc/self/exe");
     OK_CU(cuDevicePrimaryCtxRelease_v2, dev);
     return finish();

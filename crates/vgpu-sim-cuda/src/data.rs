@@ -62,7 +62,46 @@ fn within(start: u64, size: u64, ptr: u64, len: u64) -> bool {
             .is_some_and(|e| e <= start + size.max(1))
 }
 
+/// Span of the process's device-memory backing: the 32-bit range, then
+/// the 64-bit one (2^56 bytes of addresses; sparse, so free).
+const DEV_MEM_SPAN: u64 = 1 << 56;
+/// Where the 64-bit device range starts in the backing.
+const VA64_IN_BACKING: u64 = 1 << 32;
+
+/// Offset of device address `p` in the process's device-memory backing.
+pub fn va_offset(p: u64) -> Option<u64> {
+    if p < VA64_IN_BACKING {
+        return Some(p);
+    }
+    let off = p.checked_sub(VA_BASE)?.checked_add(VA64_IN_BACKING)?;
+    (off < DEV_MEM_SPAN).then_some(off)
+}
+
+/// The most a 64-bit device address may be (what the backing spans).
+pub const VA_END: u64 = VA_BASE + DEV_MEM_SPAN - VA64_IN_BACKING;
+
+/// A freed allocation's bytes go back (a hole in the backing), so freed
+/// device memory costs nothing and a later reader of the range sees zeros.
+pub fn release_bytes(g: &mut Inner, p: u64, a: &crate::driver::Alloc) {
+    if !matches!(a.kind, AllocKind::Device | AllocKind::Pool(_, None)) {
+        return;
+    }
+    if let (Some(b), Some(off)) = (&g.dev_mem, va_offset(p)) {
+        let _ = b.fill(off, &[0], a.size);
+    }
+}
+
 impl Inner {
+    /// This process's device-memory backing, made at the first access.
+    fn process_backing(&mut self) -> R<Arc<Backing>> {
+        if let Some(b) = &self.dev_mem {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(Backing::new(DEV_MEM_SPAN).map_err(err)?);
+        self.dev_mem = Some(b.clone());
+        Ok(b)
+    }
+
     /// A pointer inside the address ranges this driver hands out for
     /// device memory (so never host memory to dereference).
     fn in_device_va(&self, p: u64) -> bool {
@@ -81,15 +120,16 @@ impl Inner {
                     AllocKind::Managed(_) | AllocKind::Pool(_, Some(_)) => {
                         Ok(Target::Host(ptr as usize))
                     }
-                    _ => {
-                        if a.backing.is_none() {
-                            match Backing::new(a.size) {
-                                Ok(b) => a.backing = Some(Arc::new(b)),
-                                Err(e) => return Some(Err(err(e))),
-                            }
-                        }
-                        let b = a.backing.clone()?;
-                        Ok(Target::Device(b, ptr - start))
+                    AllocKind::Ipc => {
+                        let (b, off) = a.backing.clone()?;
+                        Ok(Target::Device(b, off + (ptr - start)))
+                    }
+                    AllocKind::Device | AllocKind::Pool(_, None) => {
+                        let b = match self.process_backing() {
+                            Ok(b) => b,
+                            Err(e) => return Some(Err(e)),
+                        };
+                        Ok(Target::Device(b, va_offset(ptr)?))
                     }
                 });
             }
@@ -241,13 +281,10 @@ impl Driver {
             Some((&s, a)) if ptr < s + a.size && matches!(a.kind, AllocKind::Device) => (s, a.size),
             _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         };
-        // Make the backing and export it once.
-        let t = g
-            .device_target(start, 1)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)??;
-        let Target::Device(backing, _) = t else {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        };
+        // The process's device memory is shared whole; the handle names
+        // the allocation's place in it. Exported once per allocation.
+        let backing = g.process_backing()?;
+        let off = va_offset(start).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let a = g
             .allocs
             .get_mut(&start)
@@ -265,7 +302,8 @@ impl Driver {
         h[8..12].copy_from_slice(&token.to_le_bytes());
         h[12..16].copy_from_slice(&nonce.to_le_bytes());
         h[16..24].copy_from_slice(&size.to_le_bytes());
-        h[24..28].copy_from_slice(&self.m.host_pid.to_le_bytes());
+        h[24..32].copy_from_slice(&off.to_le_bytes());
+        h[32..36].copy_from_slice(&self.m.host_pid.to_le_bytes());
         Ok(h)
     }
 
@@ -277,13 +315,16 @@ impl Driver {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        let (token, nonce) = (word(8), word(12));
+        let dword = |i: usize| u64::from(word(i)) | (u64::from(word(i + 4)) << 32);
+        let (token, nonce, size, off) = (word(8), word(12), dword(16), dword(24));
         let (ctx, dev) = self.ctx()?;
         let backing = self.m.ipc_open(token, nonce).map_err(|e| {
             vgpu_sim::log::log(vgpu_sim::log::INFO, &crate::driver::chain(&e));
             CUresult::CUDA_ERROR_INVALID_HANDLE
         })?;
-        let size = backing.size();
+        if off.checked_add(size).is_none_or(|e| e > backing.size()) || size == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
         let mut g = self.lock();
         let p = g.va(size, 512, false)?;
         g.allocs.insert(
@@ -294,7 +335,7 @@ impl Driver {
                 size,
                 charged: 0,
                 kind: AllocKind::Ipc,
-                backing: Some(Arc::new(backing)),
+                backing: Some((Arc::new(backing), off)),
                 ipc: None,
             },
         );

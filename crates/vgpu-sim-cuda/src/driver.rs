@@ -111,8 +111,9 @@ pub struct Alloc {
     /// What the device is charged (pools round up).
     pub charged: u64,
     pub kind: AllocKind,
-    /// Its bytes, made at the first data access (device memory only).
-    pub backing: Option<Arc<Backing>>,
+    /// Where its bytes live when not in this process's device memory (IPC:
+    /// the exporter's backing and the offset of this allocation in it).
+    pub backing: Option<(Arc<Backing>, u64)>,
     /// The IPC export (token, nonce), once `cuIpcGetMemHandle` made one.
     pub ipc: Option<(u32, u32)>,
 }
@@ -235,6 +236,10 @@ pub struct Inner {
     /// Link states: inputs' kernels so far, and the output once complete.
     pub links: HashMap<u64, crate::query::Link>,
     pub primaries: Vec<Primary>,
+    /// This process's device memory: one sparse backing over the whole
+    /// device address range (made at the first data access), so touched
+    /// allocations cost pages, not a descriptor each.
+    pub dev_mem: Option<Arc<Backing>>,
     /// Last work of each thread's per-thread default stream, per context
     /// (by thread id: no TLS, see `CtxStack`).
     pub pt_streams: HashMap<(i32, u64), u64>,
@@ -253,7 +258,7 @@ impl Inner {
         let (cur, end) = if v1 {
             (&mut self.next_va32, VA32_END)
         } else {
-            (&mut self.next_va, u64::MAX / 2)
+            (&mut self.next_va, crate::data::VA_END)
         };
         if *cur == 0 {
             *cur = if v1 { VA32_BASE } else { VA_BASE };
@@ -538,7 +543,7 @@ impl Driver {
             .collect();
         for p in dead {
             if let Some(a) = g.allocs.remove(&p) {
-                self.free_alloc(g, &a);
+                self.free_alloc(g, p, &a);
                 crate::query::forget_graph_alloc(g, p);
             }
         }
@@ -748,10 +753,11 @@ impl Driver {
 
     /// Returns an allocation's memory: to the device, or to its pool (which
     /// keeps it reserved until released).
-    fn free_alloc(&self, g: &mut Inner, a: &Alloc) {
+    fn free_alloc(&self, g: &mut Inner, p: u64, a: &Alloc) {
         if let Some((token, nonce)) = a.ipc {
             self.m.ipc_forget(token, nonce);
         }
+        crate::data::release_bytes(g, p, a);
         let AllocKind::Pool(pool, _) = &a.kind else {
             // Managed memory is unmapped as the last `Arc` drops.
             self.m.unreserve(a.dev, a.charged);
@@ -807,7 +813,7 @@ impl Driver {
             .allocs
             .remove(&p)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        self.free_alloc(&mut g, &a);
+        self.free_alloc(&mut g, p, &a);
         crate::query::forget_graph_alloc(&mut g, p);
         drop(g);
         if matches!(a.kind, AllocKind::Pool(..)) {
@@ -1138,7 +1144,7 @@ impl Driver {
             Some(_) | None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
         if let Some(a) = g.allocs.remove(&p) {
-            self.free_alloc(&mut g, &a);
+            self.free_alloc(&mut g, p, &a);
         }
         Ok(())
     }
