@@ -1166,15 +1166,20 @@ fn ipc_requests_are_checked_and_exports_go_with_their_owner() {
     );
     let line = p.expect("ipc ");
     let hex = line.trim_start_matches("ipc ");
-    let bytes: Vec<u8> = (0..8)
+    let bytes: Vec<u8> = (0..24)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
         .collect();
-    let token = u32::from_le_bytes(bytes[0..4].try_into().unwrap());
-    let nonce = u32::from_le_bytes(bytes[4..8].try_into().unwrap());
+    let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+    let (token, nonce) = (word(0) as u32, (word(0) >> 32) as u32);
+    let (size, offset) = (word(8), word(16));
+    assert_eq!(size, 3 * MIB, "the handle names the allocation's size");
     p.expect("ready");
-    let (_, size, fd) = ipc_request(&dir, CMD_IPC_OPEN, token.into(), nonce.into(), None)
+    let (_, span, fd) = ipc_request(&dir, CMD_IPC_OPEN, token.into(), nonce.into(), None)
         .expect("open while the owner lives");
-    assert_eq!(size, 3 * MIB);
+    assert!(
+        span >= offset + size,
+        "the shared memory holds the allocation"
+    );
     assert!(fd.is_some());
     assert_eq!(
         refused(ipc_request(

@@ -9,7 +9,7 @@
 //! ctx D                     cuCtxCreate_v2 on device D
 //! alloc MIB                 cuMemAlloc_v2 (prints `alloc ok` / `alloc err CODE`)
 //! alloc-bytes N|max         cuMemAlloc_v2 of N bytes (`max`: SIZE_MAX); same output
-//! ipc-export MIB            allocate and export: `ipc <handle bytes 8..16 as hex>`
+//! ipc-export MIB            allocate and export: `ipc <handle bytes 8..32 as hex>`
 //! alloc-async MIB           cuMemAllocAsync on the legacy stream (same output)
 //! launch BLOCK_US GRID MS   back-to-back launches for MS ms, then synchronize
 //! pid                       print `pid <getpid()>` (the pid in this namespace)
@@ -565,7 +565,7 @@ fn run() -> Result<(), String> {
             "ipc-export" => {
                 let mib: usize = num(args.next(), "ipc-export MIB")?;
                 let h = cuda.as_ref().ok_or("init first")?.ipc_export(mib << 20)?;
-                let hex: String = h[8..16].iter().map(|b| format!("{b:02x}")).collect();
+                let hex: String = h[8..32].iter().map(|b| format!("{b:02x}")).collect();
                 println!("ipc {hex}");
             }
             "alloc-async" => {
