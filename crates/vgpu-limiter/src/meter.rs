@@ -430,13 +430,13 @@ mod tests {
         m.after_launch(&k, 3_000, 7, 50_000, true, true, &p);
         assert_eq!(m.pending(), 0);
         // Age: the marker period passed.
-        assert!(m.before_launch(&k, 4_000_000, 7, Kind::Kernel, &p));
-        m.after_launch(&k, 4_000_001, 7, 50_000, true, true, &p);
+        assert!(m.before_launch(&k, 2_000_000, 7, Kind::Kernel, &p));
+        m.after_launch(&k, 2_000_001, 7, 50_000, true, true, &p);
         assert_eq!(m.pending(), 1);
         // A synchronize closes whatever holds launches.
-        assert!(m.before_launch(&k, 4_100_000, 7, Kind::Kernel, &p));
-        m.after_launch(&k, 4_100_001, 7, 50_000, true, true, &p);
-        m.close_all(&k, 4_100_002);
+        assert!(m.before_launch(&k, 2_100_000, 7, Kind::Kernel, &p));
+        m.after_launch(&k, 2_100_001, 7, 50_000, true, true, &p);
+        m.close_all(&k, 2_100_002);
         assert_eq!(m.pending(), 2);
         assert!(m.poll(&k).is_none(), "markers not happened yet");
         k.happen(0, 10);

@@ -172,6 +172,9 @@ impl<M: Copy> Pacer<M> {
             }
             Decision::Wait { until_ns } => {
                 bucket.count_wait();
+                // The stream may run dry while we wait: measure what is
+                // queued now, so no burst spans the idle time.
+                g.meter.close_all(k, now_ns);
                 Admit::Wait { until_ns }
             }
         }

@@ -48,15 +48,28 @@ pub struct Published {
     pub source: UtilSource,
 }
 
-/// The correction's state across windows.
+/// Windows the correction averages over (with 100 ms windows, half a
+/// second: short enough to settle within a second, long enough that the
+/// lag between a marker's reading and NVML's window is noise).
+pub const SPAN: usize = 5;
+
+/// The correction's state across windows: the last `SPAN` windows' sums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Corrector {
     c_ppm: u32,
+    truth: [u64; SPAN],
+    markers: [u64; SPAN],
+    next: usize,
 }
 
 impl Default for Corrector {
     fn default() -> Self {
-        Corrector { c_ppm: PPM }
+        Corrector {
+            c_ppm: PPM,
+            truth: [0; SPAN],
+            markers: [0; SPAN],
+            next: 0,
+        }
     }
 }
 
@@ -73,28 +86,32 @@ impl Corrector {
         self.c_ppm
     }
 
-    /// Folds in one window. The correction moves halfway to the window's
-    /// ratio (a sample's noise halves, a real change is tracked in a few
-    /// windows), only when the markers saw at least 2 % of the window (an
-    /// idle container's ratio is noise).
+    /// Folds in one window. The correction is the ratio of the sums over
+    /// the last `SPAN` usable windows (the first usable window alone sets
+    /// it). A window counts only when the markers saw at least 2 % of it
+    /// (an idle container's ratio is noise). Without NVML's per-process
+    /// truth, the device's busy time stands in for it, and can only lower
+    /// the correction to 1 (markers that read more than the whole device
+    /// was busy), never raise it.
     pub fn step(&mut self, w: &Window) -> Published {
         let enough = |ns: u64| w.window_ns > 0 && ns.saturating_mul(50) >= w.window_ns;
         let sample = match (w.truth_ns, w.device_busy_ns) {
-            (Some(t), _) if enough(w.markers_known_ns) => Some(ratio(t, w.markers_known_ns)),
-            // No truth: the device's busy time bounds ours; never raises
-            // the correction above 1 (that would pace harder on a guess).
+            (Some(t), _) if enough(w.markers_known_ns) => Some((t, w.markers_known_ns)),
             (None, Some(busy)) if enough(w.markers_all_ns) => {
-                Some(ratio(busy, w.markers_all_ns).min(PPM))
+                Some((busy.min(w.markers_all_ns), w.markers_all_ns))
             }
-            (None, None) if enough(w.markers_all_ns) => Some(PPM),
+            (None, None) if enough(w.markers_all_ns) => Some((w.markers_all_ns, w.markers_all_ns)),
             _ => None,
         };
-        if let Some(s) = sample {
-            let s = s.clamp(MIN_CORRECTION, MAX_CORRECTION) as i64;
-            let c = self.c_ppm as i64;
-            // Halfway, rounded away from the old value so it arrives.
-            let step = (s - c) / 2 + (s - c).signum() * ((s - c).abs() % 2);
-            self.c_ppm = (c + step).clamp(MIN_CORRECTION as i64, MAX_CORRECTION as i64) as u32;
+        if let Some((t, m)) = sample {
+            self.truth[self.next] = t;
+            self.markers[self.next] = m;
+            self.next = (self.next + 1) % SPAN;
+            let (st, sm) = (
+                self.truth.iter().sum::<u64>(),
+                self.markers.iter().sum::<u64>(),
+            );
+            self.c_ppm = ratio(st, sm).clamp(MIN_CORRECTION, MAX_CORRECTION);
         }
         let (util, source) = match w.truth_ns {
             Some(t) => (ratio(t, w.window_ns), UtilSource::NvmlProcess),
@@ -133,12 +150,19 @@ mod tests {
             device_busy_ns: Some(W),
         };
         let p = c.step(&w);
-        assert_eq!(p.correction_ppm, 750_000);
+        assert_eq!(p.correction_ppm, 500_000, "the first window sets it");
         assert_eq!((p.util_ppm, p.source), (300_000, UtilSource::NvmlProcess));
-        for _ in 0..20 {
-            c.step(&w);
+        // The ratio over the last windows: a change moves it within SPAN.
+        let half = Window {
+            truth_ns: Some(120_000_000),
+            ..w
+        };
+        c.step(&half);
+        assert!(c.correction_ppm() > 500_000 && c.correction_ppm() < PPM);
+        for _ in 0..SPAN {
+            c.step(&half);
         }
-        assert!((c.correction_ppm() as i64 - 500_000).abs() < 1_000);
+        assert_eq!(c.correction_ppm(), PPM);
         // An idle window changes nothing.
         let idle = Window {
             window_ns: W,
