@@ -31,6 +31,6 @@ pub mod sampler;
 pub use estimate::Kind;
 pub use law::{Decision, Params};
 pub use meter::{Elapsed, Markers};
-pub use pacer::{Admit, Pacer, Ticket};
+pub use pacer::{Admit, Cells, Pacer, Ticket};
 pub use policy::{target, Measurement, Policy, Priority, Settings, Target, PPM};
 pub use sampler::{Corrector, Published, Window};

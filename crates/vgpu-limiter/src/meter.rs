@@ -82,6 +82,19 @@ pub struct Measured {
     pub measured_ns: Option<u64>,
 }
 
+/// A metered launch that returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launched {
+    /// Its stream.
+    pub stream: u64,
+    /// What it was charged.
+    pub charged_ns: u64,
+    /// The driver queued it.
+    pub ok: bool,
+    /// It was charged an estimate (false: a probe, measured at once).
+    pub estimated: bool,
+}
+
 /// Counters for display and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MeterStats {
@@ -222,19 +235,22 @@ impl<M: Copy> Meter<M> {
         true
     }
 
-    /// After a metered launch on `stream` returned (`ok`: it was queued).
-    /// Closes the burst when it is old enough, full, a graph (measured
-    /// alone), or a probe (`estimated` false: measured at once).
+    /// After a metered launch returned. Closes the burst when it is old
+    /// enough, full, a graph (measured alone), or a probe (measured at
+    /// once).
     pub fn after_launch<K: Markers<Mark = M>>(
         &mut self,
         k: &K,
         now_ns: u64,
-        stream: u64,
-        charged_ns: u64,
-        ok: bool,
-        estimated: bool,
+        l: Launched,
         p: &Params,
     ) {
+        let Launched {
+            stream,
+            charged_ns,
+            ok,
+            estimated,
+        } = l;
         let Some(i) = self.find(stream) else { return };
         let Some(o) = self.open[i].as_mut() else {
             return;
@@ -425,17 +441,57 @@ mod tests {
         let k = Fake::default();
         let mut m = Meter::default();
         assert!(m.before_launch(&k, 0, 7, Kind::Kernel, &p));
-        m.after_launch(&k, 1_000, 7, 50_000, true, true, &p);
+        m.after_launch(
+            &k,
+            1_000,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         assert!(m.before_launch(&k, 2_000, 7, Kind::Kernel, &p));
-        m.after_launch(&k, 3_000, 7, 50_000, true, true, &p);
+        m.after_launch(
+            &k,
+            3_000,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         assert_eq!(m.pending(), 0);
         // Age: the marker period passed.
         assert!(m.before_launch(&k, 2_000_000, 7, Kind::Kernel, &p));
-        m.after_launch(&k, 2_000_001, 7, 50_000, true, true, &p);
+        m.after_launch(
+            &k,
+            2_000_001,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         assert_eq!(m.pending(), 1);
         // A synchronize closes whatever holds launches.
         assert!(m.before_launch(&k, 2_100_000, 7, Kind::Kernel, &p));
-        m.after_launch(&k, 2_100_001, 7, 50_000, true, true, &p);
+        m.after_launch(
+            &k,
+            2_100_001,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         m.close_all(&k, 2_100_002);
         assert_eq!(m.pending(), 2);
         assert!(m.poll(&k).is_none(), "markers not happened yet");
@@ -466,7 +522,17 @@ mod tests {
         let mut m = Meter::default();
         assert!(!m.blocked(0, false));
         m.before_launch(&k, 0, 1, Kind::Kernel, &p);
-        m.after_launch(&k, 1, 1, p.initial_estimate_ns, true, false, &p);
+        m.after_launch(
+            &k,
+            1,
+            Launched {
+                stream: 1,
+                charged_ns: p.initial_estimate_ns,
+                ok: true,
+                estimated: false,
+            },
+            &p,
+        );
         assert_eq!(m.pending(), 1, "a probe is closed at once");
         assert!(m.blocked(2, false));
         k.happen(0, 0);
@@ -475,10 +541,30 @@ mod tests {
         assert!(!m.blocked(3, false));
         // A graph: its own burst, closed right after.
         m.before_launch(&k, 10, 1, Kind::Kernel, &p);
-        m.after_launch(&k, 11, 1, 5, true, true, &p);
+        m.after_launch(
+            &k,
+            11,
+            Launched {
+                stream: 1,
+                charged_ns: 5,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         m.before_launch(&k, 12, 1, Kind::Graph(9), &p);
         assert_eq!(m.pending(), 1, "the kernel burst closed first");
-        m.after_launch(&k, 13, 1, 5, true, true, &p);
+        m.after_launch(
+            &k,
+            13,
+            Launched {
+                stream: 1,
+                charged_ns: 5,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         assert_eq!(m.pending(), 2);
     }
 
@@ -488,7 +574,17 @@ mod tests {
         let k = Fake::default();
         let mut m = Meter::default();
         m.before_launch(&k, 0, 1, Kind::Kernel, &p);
-        m.after_launch(&k, 0, 1, 100_000, true, true, &p);
+        m.after_launch(
+            &k,
+            0,
+            Launched {
+                stream: 1,
+                charged_ns: 100_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         m.close_all(&k, 0);
         // Charged 100 µs: overdue after 4 × 100 µs + 5 ms.
         assert!(!m.blocked(5_000_000, true));
@@ -496,7 +592,17 @@ mod tests {
         // Fill the pending queue.
         for i in 1..PENDING as u64 {
             m.before_launch(&k, i, 1, Kind::Kernel, &p);
-            m.after_launch(&k, i, 1, 1, true, true, &p);
+            m.after_launch(
+                &k,
+                i,
+                Launched {
+                    stream: 1,
+                    charged_ns: 1,
+                    ok: true,
+                    estimated: true,
+                },
+                &p,
+            );
             m.close_all(&k, i);
         }
         assert_eq!(m.pending(), PENDING);
@@ -514,7 +620,17 @@ mod tests {
         let k = Fake::default();
         let mut m = Meter::default();
         m.before_launch(&k, 0, 1, Kind::Kernel, &p);
-        m.after_launch(&k, 10, 1, 50_000, true, true, &p);
+        m.after_launch(
+            &k,
+            10,
+            Launched {
+                stream: 1,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
         // 100 ms later, no synchronize in between: the stream drained long
         // ago; measuring now would count 100 ms of idle time.
         assert!(m.before_launch(&k, 100_000_000, 1, Kind::Kernel, &p));
@@ -522,7 +638,17 @@ mod tests {
         assert_eq!(m.pending(), 0);
         assert_eq!(k.released.borrow().as_slice(), &[0]);
         // A failed launch leaves nothing behind.
-        m.after_launch(&k, 100_000_001, 1, 50_000, false, true, &p);
+        m.after_launch(
+            &k,
+            100_000_001,
+            Launched {
+                stream: 1,
+                charged_ns: 50_000,
+                ok: false,
+                estimated: true,
+            },
+            &p,
+        );
         m.clear(&k);
         assert_eq!(k.released.borrow().len(), 2);
     }

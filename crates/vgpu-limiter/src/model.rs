@@ -21,7 +21,7 @@ use vgpu_region::pacing::{zeroed_slot_pacing, LocalBucket, SlotPacing};
 use crate::estimate::Kind;
 use crate::law::Params;
 use crate::meter::{Elapsed, Markers};
-use crate::pacer::{Admit, Pacer};
+use crate::pacer::{Admit, Cells, Pacer};
 use crate::policy::{target, Measurement, Settings};
 use crate::sampler::{Corrector, Window};
 
@@ -564,8 +564,12 @@ pub fn run(s: &Scenario) -> Outcome {
                         dev: &dev,
                         tenant: ti,
                     };
-                    let slot = SlotPacing::new(Some(&tn.slot), 1);
-                    tn.pacer.poll(&k, &buckets[c].bucket(), &slot, 0);
+                    let cells = Cells {
+                        bucket: buckets[c].bucket(),
+                        slot: SlotPacing::new(Some(&tn.slot), 1),
+                        dev: 0,
+                    };
+                    tn.pacer.poll(&k, &cells);
                     tn.state = State::Ready(t + s.sync_ns + host);
                 }
                 _ => {}
@@ -604,7 +608,12 @@ pub fn run(s: &Scenario) -> Outcome {
                     let m = SlotPacing::new(Some(&tn.slot), 1).counters(0).0;
                     markers += m - last_measured[ti];
                 }
+                let share = tenants
+                    .iter()
+                    .find(|x| x.spec.container == c)
+                    .map_or(0, |x| x.pacer.target().share_ppm);
                 let w = Window {
+                    share_ppm: share,
                     window_ns: s.sample_every_ns,
                     truth_ns: spec.identity.then_some(truth),
                     markers_known_ns: if spec.identity { markers } else { 0 },
@@ -624,14 +633,14 @@ pub fn run(s: &Scenario) -> Outcome {
             last_dev_busy = dev_busy;
             next_sample += s.sample_every_ns;
         }
-        for ti in 0..n {
-            let State::Ready(at) = tenants[ti].state else {
+        for (ti, tn) in tenants.iter_mut().enumerate() {
+            let State::Ready(at) = tn.state else {
                 continue;
             };
             if at > t {
                 continue;
             }
-            step(s, &dev, &buckets, &mut tenants[ti], ti, t);
+            step(s, &dev, &buckets, tn, ti, t);
         }
         for (c, b) in buckets.iter().enumerate() {
             let cr = b.bucket().credit();
@@ -663,14 +672,17 @@ fn step(
         return;
     }
     let c = tn.spec.container;
-    let bucket = buckets[c].bucket();
-    let slot = SlotPacing::new(Some(&tn.slot), 1);
+    let cells = Cells {
+        bucket: buckets[c].bucket(),
+        slot: SlotPacing::new(Some(&tn.slot), 1),
+        dev: 0,
+    };
     let k = Mk { dev, tenant: ti };
     let (kind, kernels) = match tn.spec.workload {
         Workload::Graph { nodes } => (Kind::Graph(1), nodes.max(1)),
         _ => (Kind::Kernel, 1),
     };
-    let admit = tn.pacer.admit(&k, &bucket, &slot, 0, now, 0, kind);
+    let admit = tn.pacer.admit(&k, &cells, now, 0, kind);
     let ticket = match admit {
         Admit::Pass => None,
         Admit::Go(t) => Some(t),
@@ -687,8 +699,7 @@ fn step(
     tn.launches += 1;
     let waited = tn.wait_since.take().map_or(0, |w| now - w);
     if let Some(t) = ticket {
-        tn.pacer
-            .launched(&k, &bucket, &slot, 0, t, true, waited, now);
+        tn.pacer.launched(&k, &cells, t, true, waited, now);
     }
     match tn.spec.workload {
         Workload::Sync { .. } => {
@@ -696,5 +707,65 @@ fn step(
             tn.state = State::WaitDrain;
         }
         _ => tn.state = State::Ready(now + tn.spec.launch_ns),
+    }
+}
+
+/// Accuracy figures of one container over a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accuracy {
+    /// Share per window, percent.
+    pub windows: Vec<f64>,
+    /// Mean absolute error (points) of the windows from `from` on.
+    pub mae_points: f64,
+    /// Worst absolute error (points) of those windows.
+    pub worst_points: f64,
+    /// Start of the first window from which every window is within the
+    /// band (`None`: never settled).
+    pub settled_ns: Option<u64>,
+}
+
+impl Outcome {
+    /// Accuracy of container `c` against `target_pct`, windows of `w`,
+    /// error counted from `from`, settling judged with a `band` (points).
+    pub fn accuracy(
+        &self,
+        c: usize,
+        target_pct: f64,
+        from: u64,
+        to: u64,
+        w: u64,
+        band: f64,
+    ) -> Accuracy {
+        let windows: Vec<f64> = self
+            .windows(c, 0, to, w)
+            .into_iter()
+            .map(|x| x * 100.0)
+            .collect();
+        let first = (from / w) as usize;
+        let errs: Vec<f64> = windows
+            .iter()
+            .skip(first)
+            .map(|x| (x - target_pct).abs())
+            .collect();
+        let mae = if errs.is_empty() {
+            f64::NAN
+        } else {
+            errs.iter().sum::<f64>() / errs.len() as f64
+        };
+        let worst = errs.iter().cloned().fold(0.0, f64::max);
+        let mut settled = None;
+        for i in (0..windows.len()).rev() {
+            if (windows[i] - target_pct).abs() <= band {
+                settled = Some(i as u64 * w);
+            } else {
+                break;
+            }
+        }
+        Accuracy {
+            windows,
+            mae_points: mae,
+            worst_points: worst,
+            settled_ns: settled,
+        }
     }
 }

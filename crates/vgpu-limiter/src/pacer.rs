@@ -17,7 +17,7 @@ use vgpu_region::pacing::{Bucket, SlotPacing};
 
 use crate::estimate::{Estimates, Kind};
 use crate::law::{self, Decision, Params};
-use crate::meter::{Markers, Measured, Meter, MeterStats};
+use crate::meter::{Launched, Markers, Measured, Meter, MeterStats};
 use crate::policy::Target;
 
 /// The launch gate's answer.
@@ -54,6 +54,18 @@ pub struct Ticket {
     pub kind: Kind,
     /// No estimate existed (a probe: measured before the next launch).
     pub probe: bool,
+}
+
+/// The shared cells one launch touches: the container's bucket for the
+/// device, this process's slot record, and the device index in it.
+#[derive(Clone, Copy)]
+pub struct Cells<'a> {
+    /// The container's bucket (region, or a local one when failing closed).
+    pub bucket: Bucket<'a>,
+    /// This process's pacing record.
+    pub slot: SlotPacing<'a>,
+    /// The device's index in the region.
+    pub dev: u32,
 }
 
 struct Inner<M: Copy> {
@@ -110,13 +122,12 @@ impl<M: Copy> Pacer<M> {
     pub fn admit<K: Markers<Mark = M>>(
         &self,
         k: &K,
-        bucket: &Bucket<'_>,
-        slot: &SlotPacing<'_>,
-        dev: u32,
+        cells: &Cells<'_>,
         now_ns: u64,
         stream: u64,
         kind: Kind,
     ) -> Admit {
+        let bucket = &cells.bucket;
         let t = self.target();
         if t.is_pass() {
             return Admit::Pass;
@@ -150,7 +161,7 @@ impl<M: Copy> Pacer<M> {
             };
         };
         let g = &mut *g;
-        self.drain(g, k, bucket, slot, dev);
+        self.drain(g, k, cells);
         let est = g.est.get(kind);
         if g.meter.blocked(now_ns, est.is_some()) {
             let wait = (g.meter.unmeasured_ns() / 2).clamp(p.min_wait_ns, p.period_ns);
@@ -182,13 +193,10 @@ impl<M: Copy> Pacer<M> {
 
     /// After the real launch returned (`ok`: the driver queued it):
     /// counts it, refunds a launch that failed, and may close its burst.
-    #[allow(clippy::too_many_arguments)]
     pub fn launched<K: Markers<Mark = M>>(
         &self,
         k: &K,
-        bucket: &Bucket<'_>,
-        slot: &SlotPacing<'_>,
-        dev: u32,
+        cells: &Cells<'_>,
         ticket: Ticket,
         ok: bool,
         waited_ns: u64,
@@ -196,24 +204,22 @@ impl<M: Copy> Pacer<M> {
     ) {
         let p = &self.params;
         if !ok {
-            bucket.adjust(
+            cells.bucket.adjust(
                 i64::try_from(ticket.charge_ns).unwrap_or(i64::MAX),
                 law::bounds(self.target().share_ppm, p),
             );
         } else {
-            slot.add_launches(dev, 1, waited_ns);
+            cells.slot.add_launches(cells.dev, 1, waited_ns);
         }
         if ticket.metered {
             let mut g = self.lock();
-            g.meter.after_launch(
-                k,
-                now_ns,
-                ticket.stream,
-                ticket.charge_ns,
+            let done = Launched {
+                stream: ticket.stream,
+                charged_ns: ticket.charge_ns,
                 ok,
-                !ticket.probe,
-                p,
-            );
+                estimated: !ticket.probe,
+            };
+            g.meter.after_launch(k, now_ns, done, p);
         }
     }
 
@@ -231,25 +237,13 @@ impl<M: Copy> Pacer<M> {
     /// gets `charged − measured` back (or pays the shortfall), the
     /// estimates learn, the slot's counters grow. For the owned thread and
     /// after a synchronize; `admit` does it too.
-    pub fn poll<K: Markers<Mark = M>>(
-        &self,
-        k: &K,
-        bucket: &Bucket<'_>,
-        slot: &SlotPacing<'_>,
-        dev: u32,
-    ) -> usize {
+    pub fn poll<K: Markers<Mark = M>>(&self, k: &K, cells: &Cells<'_>) -> usize {
         let mut g = self.lock();
-        self.drain(&mut g, k, bucket, slot, dev)
+        self.drain(&mut g, k, cells)
     }
 
-    fn drain<K: Markers<Mark = M>>(
-        &self,
-        g: &mut Inner<M>,
-        k: &K,
-        bucket: &Bucket<'_>,
-        slot: &SlotPacing<'_>,
-        dev: u32,
-    ) -> usize {
+    fn drain<K: Markers<Mark = M>>(&self, g: &mut Inner<M>, k: &K, cells: &Cells<'_>) -> usize {
+        let (bucket, slot, dev) = (&cells.bucket, &cells.slot, cells.dev);
         let b = law::bounds(self.target().share_ppm, &self.params);
         let mut n = 0;
         while let Some(m) = g.meter.poll(k) {

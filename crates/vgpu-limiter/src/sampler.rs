@@ -35,6 +35,10 @@ pub struct Window {
     pub markers_all_ns: u64,
     /// NVML's device-wide busy time (`None`: NVML unavailable).
     pub device_busy_ns: Option<u64>,
+    /// The share the container was paced at (ppm; 0 = not paced). A
+    /// change of more than a tenth starts the correction afresh: how much
+    /// a neighbour's time lands inside our bursts depends on their rhythm.
+    pub share_ppm: u32,
 }
 
 /// What to publish.
@@ -51,7 +55,7 @@ pub struct Published {
 /// Windows the correction averages over (with 100 ms windows, half a
 /// second: short enough to settle within a second, long enough that the
 /// lag between a marker's reading and NVML's window is noise).
-pub const SPAN: usize = 5;
+pub const SPAN: usize = 10;
 
 /// The correction's state across windows: the last `SPAN` windows' sums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +63,9 @@ pub struct Corrector {
     c_ppm: u32,
     truth: [u64; SPAN],
     markers: [u64; SPAN],
+    windows: [u64; SPAN],
     next: usize,
+    share_ppm: u32,
 }
 
 impl Default for Corrector {
@@ -68,7 +74,9 @@ impl Default for Corrector {
             c_ppm: PPM,
             truth: [0; SPAN],
             markers: [0; SPAN],
+            windows: [0; SPAN],
             next: 0,
+            share_ppm: 0,
         }
     }
 }
@@ -87,30 +95,39 @@ impl Corrector {
     }
 
     /// Folds in one window. The correction is the ratio of the sums over
-    /// the last `SPAN` usable windows (the first usable window alone sets
-    /// it). A window counts only when the markers saw at least 2 % of it
-    /// (an idle container's ratio is noise). Without NVML's per-process
+    /// the last `SPAN` windows, updated only when the markers saw at least
+    /// 2 % of them (an idle container's ratio is noise). Without NVML's per-process
     /// truth, the device's busy time stands in for it, and can only lower
     /// the correction to 1 (markers that read more than the whole device
     /// was busy), never raise it.
     pub fn step(&mut self, w: &Window) -> Published {
-        let enough = |ns: u64| w.window_ns > 0 && ns.saturating_mul(50) >= w.window_ns;
-        let sample = match (w.truth_ns, w.device_busy_ns) {
-            (Some(t), _) if enough(w.markers_known_ns) => Some((t, w.markers_known_ns)),
-            (None, Some(busy)) if enough(w.markers_all_ns) => {
-                Some((busy.min(w.markers_all_ns), w.markers_all_ns))
-            }
-            (None, None) if enough(w.markers_all_ns) => Some((w.markers_all_ns, w.markers_all_ns)),
-            _ => None,
+        let (old, new) = (self.share_ppm as u64, w.share_ppm as u64);
+        if old.abs_diff(new) * 10 > old.max(new) {
+            // A new rhythm: keep the correction as the first guess, drop
+            // the history behind it.
+            self.truth = [0; SPAN];
+            self.markers = [0; SPAN];
+            self.windows = [0; SPAN];
+        }
+        self.share_ppm = w.share_ppm;
+        // Every window goes into the sums, used or idle: skipping one whose
+        // markers had not come back yet would drop its truth and bias the
+        // ratio (a long kernel's time accrues before its marker reads).
+        let (t, m) = match (w.truth_ns, w.device_busy_ns) {
+            (Some(t), _) => (t, w.markers_known_ns),
+            (None, Some(busy)) => (busy.min(w.markers_all_ns), w.markers_all_ns),
+            (None, None) => (w.markers_all_ns, w.markers_all_ns),
         };
-        if let Some((t, m)) = sample {
-            self.truth[self.next] = t;
-            self.markers[self.next] = m;
-            self.next = (self.next + 1) % SPAN;
-            let (st, sm) = (
-                self.truth.iter().sum::<u64>(),
-                self.markers.iter().sum::<u64>(),
-            );
+        self.truth[self.next] = t;
+        self.markers[self.next] = m;
+        self.windows[self.next] = w.window_ns;
+        self.next = (self.next + 1) % SPAN;
+        let (st, sm, sw) = (
+            self.truth.iter().sum::<u64>(),
+            self.markers.iter().sum::<u64>(),
+            self.windows.iter().sum::<u64>(),
+        );
+        if sw > 0 && sm.saturating_mul(50) >= sw {
             self.c_ppm = ratio(st, sm).clamp(MIN_CORRECTION, MAX_CORRECTION);
         }
         let (util, source) = match w.truth_ns {
@@ -148,6 +165,7 @@ mod tests {
             markers_known_ns: 120_000_000,
             markers_all_ns: 120_000_000,
             device_busy_ns: Some(W),
+            share_ppm: 300_000,
         };
         let p = c.step(&w);
         assert_eq!(p.correction_ppm, 500_000, "the first window sets it");
@@ -163,6 +181,12 @@ mod tests {
             c.step(&half);
         }
         assert_eq!(c.correction_ppm(), PPM);
+        // A new share drops the history: the next window decides alone.
+        c.step(&Window {
+            share_ppm: 700_000,
+            ..w
+        });
+        assert_eq!(c.correction_ppm(), 500_000);
         // An idle window changes nothing.
         let idle = Window {
             window_ns: W,
@@ -184,6 +208,7 @@ mod tests {
             markers_known_ns: 0,
             markers_all_ns: 150_000_000,
             device_busy_ns: Some(100_000_000),
+            share_ppm: 300_000,
         };
         let p = c.step(&w);
         assert!(p.correction_ppm < PPM);
@@ -218,6 +243,7 @@ mod tests {
                 markers_known_ns: W / 20,
                 markers_all_ns: W / 20,
                 device_busy_ns: None,
+                share_ppm: 300_000,
             });
         }
         assert_eq!(c5.correction_ppm(), MAX_CORRECTION);
