@@ -39,6 +39,10 @@ pub struct Params {
     pub max_burst_launches: u32,
     /// First guess of a launch's GPU time, before anything was measured.
     pub initial_estimate_ns: u64,
+    /// The launch path reads finished markers at most this often (a read
+    /// is a driver call per pending burst); the gate reads them anyway
+    /// before it would wait, and the owned thread every period.
+    pub poll_every_ns: u64,
     /// Once the bucket is dry, wait until this much GPU time is banked
     /// again (at most the bank): launches then go in bursts of about this
     /// much, one marker pair each, instead of one at a time.
@@ -57,6 +61,7 @@ impl Default for Params {
             max_burst_launches: 4096,
             initial_estimate_ns: 100_000,
             batch_ns: 500_000,
+            poll_every_ns: 200_000,
         }
     }
 }

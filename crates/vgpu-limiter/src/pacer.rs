@@ -71,6 +71,8 @@ pub struct Cells<'a> {
 struct Inner<M: Copy> {
     meter: Meter<M>,
     est: Estimates,
+    /// When the launch path last read markers.
+    polled_ns: u64,
 }
 
 /// One process's limiter on one device.
@@ -92,6 +94,7 @@ impl<M: Copy> Pacer<M> {
             inner: Mutex::new(Inner {
                 meter: Meter::default(),
                 est: Estimates::default(),
+                polled_ns: 0,
             }),
         }
     }
@@ -161,7 +164,15 @@ impl<M: Copy> Pacer<M> {
             };
         };
         let g = &mut *g;
-        self.drain(g, k, cells);
+        // Finished markers first, when due, or when the bucket is dry or a
+        // burst holds us (the wait should be decided on the truth).
+        let due = now_ns.saturating_sub(g.polled_ns) >= p.poll_every_ns
+            || bucket.credit() <= 0
+            || g.meter.blocked(now_ns, g.est.get(kind).is_some());
+        if due && g.meter.pending() > 0 {
+            g.polled_ns = now_ns;
+            self.drain(g, k, cells);
+        }
         let est = g.est.get(kind);
         if g.meter.blocked(now_ns, est.is_some()) {
             let wait = (g.meter.unmeasured_ns() / 2).clamp(p.min_wait_ns, p.period_ns);
@@ -282,5 +293,94 @@ impl<M: Copy> Pacer<M> {
     /// The kernel estimate, GPU-ns (0 = none yet).
     pub fn kernel_estimate_ns(&self) -> u64 {
         self.kernel_est.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meter::Elapsed;
+    use crate::policy::{target, Measurement, Settings};
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+    use vgpu_region::pacing::{zeroed_slot_pacing, LocalBucket};
+
+    /// A device that runs every launch at once for 40 µs of GPU time, in
+    /// launch order: a marker reads the GPU time queued before it.
+    struct Instant40 {
+        gpu_ns: AtomicU64,
+        released: AtomicU32,
+    }
+
+    impl Markers for Instant40 {
+        type Mark = u64;
+        fn record(&self, _stream: u64) -> Option<u64> {
+            Some(self.gpu_ns.load(Relaxed))
+        }
+        fn elapsed(&self, a: u64, b: u64) -> Elapsed {
+            Elapsed::Ready(b.saturating_sub(a))
+        }
+        fn release(&self, _m: u64) {
+            self.released.fetch_add(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn threads_launching_at_once_share_one_pacer() {
+        let pacer: Pacer<u64> = Pacer::new(Params::default());
+        let settings = Settings {
+            sm_limit: Some(30),
+            ..Settings::default()
+        };
+        let m = Measurement {
+            markers: true,
+            identity: true,
+        };
+        pacer.set_target(target(&settings, m));
+        let bucket = LocalBucket::new();
+        let slot = zeroed_slot_pacing();
+        let k = Instant40 {
+            gpu_ns: AtomicU64::new(0),
+            released: AtomicU32::new(0),
+        };
+        let clock = AtomicU64::new(1_000_000_000);
+        let gone = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..4u64 {
+                let (pacer, bucket, slot, k, clock, gone) =
+                    (&pacer, &bucket, &slot, &k, &clock, &gone);
+                sc.spawn(move || {
+                    let cells = Cells {
+                        bucket: bucket.bucket(),
+                        slot: SlotPacing::new(Some(slot), 1),
+                        dev: 0,
+                    };
+                    for _ in 0..5_000 {
+                        let now = clock.fetch_add(1_000, Relaxed);
+                        match pacer.admit(k, &cells, now, t, Kind::Kernel) {
+                            Admit::Go(ticket) => {
+                                k.gpu_ns.fetch_add(40_000, Relaxed);
+                                pacer.launched(k, &cells, ticket, true, 0, now);
+                                gone.fetch_add(1, Relaxed);
+                            }
+                            Admit::Wait { until_ns } => assert!(until_ns > now),
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    pacer.before_sync(k, clock.load(Relaxed));
+                    pacer.poll(k, &cells);
+                });
+            }
+        });
+        let cells = SlotPacing::new(Some(&slot), 1);
+        let (_, launches, _, _) = cells.counters(0);
+        assert_eq!(launches, gone.load(Relaxed), "every launch counted once");
+        let b = crate::law::bounds(300_000, &Params::default());
+        let c = bucket.bucket().credit();
+        assert!(c >= b.floor_ns && c <= b.cap_ns, "credit {c}");
+        // 20 ms of simulated time at 30 %: about 6 ms of 40 µs launches,
+        // plus the 6 ms bank; never the 20 000 asked for.
+        let n = gone.load(Relaxed);
+        assert!(n > 100 && n < 400, "{n} launches went");
+        assert!(pacer.kernel_estimate_ns() > 0);
     }
 }

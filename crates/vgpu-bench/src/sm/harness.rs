@@ -264,12 +264,13 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
         let (Some((frac, to)), Ok(r)) = (t.change, r.as_ref()) else {
             continue;
         };
-        let at = start_at + (run_ns as f64 * frac) as u64;
+        let sec = super::rows::change_second(frac, s.seconds);
+        let at = start_at + sec as u64 * 1_000_000_000;
         let now = now_ns();
         if at > now {
             std::thread::sleep(Duration::from_nanos(at - now));
         }
-        change_s = Some((frac * s.seconds as f64) as usize);
+        change_s = Some(sec);
         let applied = vgpu_region::Region::open(&r.cache)
             .map_err(|e| e.to_string())
             .and_then(|reg| {
@@ -285,10 +286,9 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
             });
         match applied {
             Ok(()) => res.notes.push(format!(
-                "{}: limit changed live to {} at {:.1} s",
+                "{}: limit changed live to {} at {sec} s",
                 t.label,
                 to.map_or("none".into(), |x| format!("{x} %")),
-                frac * s.seconds as f64
             )),
             Err(e) => {
                 res.failures += 1;
@@ -334,13 +334,9 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
         },
     };
     for ((t, rep), share) in row.tenants.iter().zip(reports).zip(shares) {
-        let targets: Vec<Option<f64>> = (0..s.seconds)
-            .map(|i| match t.change {
-                Some((frac, to)) if i as f64 >= frac * s.seconds as f64 => to.map(f64::from),
-                _ => t.limit.map(f64::from),
-            })
-            .collect();
+        let targets = super::rows::targets(t, s.seconds);
         let f = figures(&share, &targets, change_s);
+        let after = change_s.map(|c| super::metrics::after_change(&share, &targets, c));
         let (failed, error, launches, pid) = match &rep {
             Ok(r) => {
                 if s.engine == Engine::Gpu {
@@ -362,6 +358,7 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
             pid,
             per_second: share,
             figures: f,
+            after_change: after,
             target_met: None,
             launches,
             launches_per_s: launches as f64 / s.seconds.max(1) as f64,

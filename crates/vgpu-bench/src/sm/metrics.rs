@@ -76,6 +76,16 @@ pub fn figures(shares: &[f64], targets: &[Option<f64>], change_s: Option<usize>)
     }
 }
 
+/// Figures of the seconds after a live change at second `c` (that second
+/// is the new target's settling allowance; settling counted from it).
+pub fn after_change(shares: &[f64], targets: &[Option<f64>], c: usize) -> Figures {
+    let n = shares.len().min(targets.len());
+    let (s, t) = (&shares[c.min(n)..n], &targets[c.min(n)..n]);
+    let mut f = figures(s, t, None);
+    f.settled_s = f.settled_s.map(|x| x + c as f64);
+    f
+}
+
 /// The two-tenant ratio check.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Ratio {
@@ -157,6 +167,9 @@ mod tests {
         assert!((f.mae_points.unwrap() - (0.0 + 1.0 + 1.0) / 3.0).abs() < 1e-9);
         assert_eq!(f.settled_s, Some(3.0));
         assert!(met(&f, Some(2)));
+        let a = after_change(&[40.0, 30.0, 50.0, 69.0, 71.0], &t2, 2);
+        assert!((a.achieved - 70.0).abs() < 1e-9);
+        assert_eq!(a.settled_s, Some(3.0));
         // Unlimited: no error figures.
         let f = figures(&[70.0, 70.0], &[None, None], None);
         assert_eq!((f.mae_points, f.settled_s), (None, None));

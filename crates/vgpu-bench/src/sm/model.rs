@@ -31,14 +31,15 @@ pub fn run_row(row: &Row, seconds: usize) -> Option<RowResult> {
             identity: true,
         };
         if let Some((frac, to)) = t.change {
+            let sec = super::rows::change_second(frac, seconds);
             spec.settings.push((
-                (dur as f64 * frac) as u64,
+                sec as u64 * 1_000_000_000,
                 Settings {
                     sm_limit: to,
                     ..settings
                 },
             ));
-            change_s = Some((frac * seconds as f64) as usize);
+            change_s = Some(sec);
         }
         containers.push(spec);
         let kernel = if t.mode == Mode::Coop {
@@ -75,13 +76,9 @@ pub fn run_row(row: &Row, seconds: usize) -> Option<RowResult> {
             .into_iter()
             .map(|x| x * 100.0)
             .collect();
-        let targets: Vec<Option<f64>> = (0..seconds)
-            .map(|i| match t.change {
-                Some((frac, to)) if i as f64 >= frac * seconds as f64 => to.map(f64::from),
-                _ => t.limit.map(f64::from),
-            })
-            .collect();
+        let targets = super::rows::targets(t, seconds);
         let f = figures(&share, &targets, change_s);
+        let after = change_s.map(|c| super::metrics::after_change(&share, &targets, c));
         res.tenants.push(TenantResult {
             label: t.label.clone(),
             target: t.limit.map(f64::from),
@@ -91,6 +88,7 @@ pub fn run_row(row: &Row, seconds: usize) -> Option<RowResult> {
             pid: 0,
             per_second: share,
             figures: f,
+            after_change: after,
             target_met: None,
             launches: o.launches[c],
             launches_per_s: o.launches[c] as f64 / seconds.max(1) as f64,
@@ -99,8 +97,9 @@ pub fn run_row(row: &Row, seconds: usize) -> Option<RowResult> {
         });
     }
     if change_s.is_some() {
-        res.notes
-            .push("limit changed at half time (applied half a control period late)".into());
+        res.notes.push(
+            "limit changed at the row's change second (applied half a control period late)".into(),
+        );
     }
     res.summarize(change_s);
     Some(res)

@@ -25,9 +25,11 @@ pub struct TenantResult {
     pub pid: u32,
     /// Share of each second, percent (the device's own accounting).
     pub per_second: Vec<f64>,
-    /// Figures.
+    /// Figures (over the whole run).
     #[serde(flatten)]
     pub figures: Figures,
+    /// Figures over the seconds after a live change (the new target).
+    pub after_change: Option<Figures>,
     /// Met the targets (limited tenants only).
     pub target_met: Option<bool>,
     /// Launch calls that returned success.
@@ -103,10 +105,15 @@ impl RowResult {
         let limited: Vec<&TenantResult> =
             self.tenants.iter().filter(|t| t.target.is_some()).collect();
         if let Some(p) = limited.first() {
-            self.target = p.target;
-            self.achieved = Some(p.figures.achieved);
-            self.mae_points = p.figures.mae_points;
-            self.settled_s = p.figures.settled_s;
+            // A live change: the row is judged on the new target.
+            let (target, f) = match &p.after_change {
+                Some(a) => (p.targets.last().copied().flatten(), a),
+                None => (p.target, &p.figures),
+            };
+            self.target = target;
+            self.achieved = Some(f.achieved);
+            self.mae_points = f.mae_points;
+            self.settled_s = f.settled_s;
         }
         self.ratio = match limited.as_slice() {
             [a, b] if self.tenants.len() == 2 => Some(super::metrics::ratio(
@@ -211,11 +218,14 @@ pub fn text(rep: &SmReport) -> String {
             .tenants
             .iter()
             .map(|t| {
+                let target = match (&t.after_change, t.targets.last().copied().flatten()) {
+                    (Some(_), Some(to)) => format!("{:.0}⇒{to:.0}", t.target.unwrap_or(0.0)),
+                    _ => t.target.map_or("free".into(), |x| format!("{x:.0}")),
+                };
+                let achieved = t.after_change.as_ref().unwrap_or(&t.figures).achieved;
                 format!(
-                    "{} {}→{:.1}{} {:.0}/s",
+                    "{} {target}→{achieved:.1}{} {:.0}/s",
                     t.label,
-                    t.target.map_or("free".into(), |x| format!("{x:.0}")),
-                    t.figures.achieved,
                     if t.failed { " FAILED" } else { "" },
                     t.launches_per_s
                 )

@@ -7,6 +7,8 @@ use super::tenant::Mode;
 pub const SHORT_NS: u64 = 40_000;
 /// A long kernel (≥ 10 ms).
 pub const LONG_NS: u64 = 12_000_000;
+/// The synchronizing loop's kernel.
+pub const SYNC_NS: u64 = 1_000_000;
 
 /// One tenant of a row (its own container: own region, own limit).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -19,7 +21,8 @@ pub struct TenantRow {
     pub mode: Mode,
     /// Kernel (graph node) length, GPU-ns.
     pub kernel_ns: u64,
-    /// A live change: at this fraction of the run, the limit becomes this.
+    /// A live change: at this fraction of the run (rounded down to a whole
+    /// second), the limit becomes this.
     pub change: Option<(f64, Option<u32>)>,
 }
 
@@ -94,11 +97,14 @@ pub fn default_rows() -> Vec<Row> {
         132,
         vec![t("a", Some(30), Async, LONG_NS)],
     ));
+    // 1 ms kernels: a synchronizing loop of 40 µs kernels is bound by the
+    // round trip (about 30 % on the simulator unpaced), which would pass a
+    // 30 % row without any limiter.
     v.push(row(
         "sync-30",
-        "one tenant at 30 %, launch then synchronize, 40 µs kernels",
+        "one tenant at 30 %, launch then synchronize, 1 ms kernels",
         132,
-        vec![t("a", Some(30), Sync, SHORT_NS)],
+        vec![t("a", Some(30), Sync, SYNC_NS)],
     ));
     v.push(row(
         "graph-30",
@@ -153,7 +159,7 @@ pub fn default_rows() -> Vec<Row> {
     live.change = Some((0.5, Some(70)));
     v.push(row(
         "live-30-70",
-        "30 % changed to 70 % live at half time",
+        "30 % changed to 70 % live at half time (figures after the change)",
         132,
         vec![live],
     ));
@@ -227,4 +233,19 @@ mod tests {
             .contains("unknown row"));
         assert_eq!(select(&["pair-10-90".into()]).unwrap().len(), 1);
     }
+}
+
+/// The whole second at which a live change happens (`frac` of `seconds`).
+pub fn change_second(frac: f64, seconds: usize) -> usize {
+    ((frac * seconds as f64).floor() as usize).clamp(1, seconds.saturating_sub(1).max(1))
+}
+
+/// A tenant's limit in each second of a run.
+pub fn targets(t: &TenantRow, seconds: usize) -> Vec<Option<f64>> {
+    (0..seconds)
+        .map(|i| match t.change {
+            Some((frac, to)) if i >= change_second(frac, seconds) => to.map(f64::from),
+            _ => t.limit.map(f64::from),
+        })
+        .collect()
 }
