@@ -196,6 +196,21 @@ pub fn select(names: &[String]) -> Result<Vec<Row>, String> {
         .collect()
 }
 
+/// The whole second at which a live change happens (`frac` of `seconds`).
+pub fn change_second(frac: f64, seconds: usize) -> usize {
+    ((frac * seconds as f64).floor() as usize).clamp(1, seconds.saturating_sub(1).max(1))
+}
+
+/// A tenant's limit in each second of a run.
+pub fn targets(t: &TenantRow, seconds: usize) -> Vec<Option<f64>> {
+    (0..seconds)
+        .map(|i| match t.change {
+            Some((frac, to)) if i >= change_second(frac, seconds) => to.map(f64::from),
+            _ => t.limit.map(f64::from),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,19 +248,4 @@ mod tests {
             .contains("unknown row"));
         assert_eq!(select(&["pair-10-90".into()]).unwrap().len(), 1);
     }
-}
-
-/// The whole second at which a live change happens (`frac` of `seconds`).
-pub fn change_second(frac: f64, seconds: usize) -> usize {
-    ((frac * seconds as f64).floor() as usize).clamp(1, seconds.saturating_sub(1).max(1))
-}
-
-/// A tenant's limit in each second of a run.
-pub fn targets(t: &TenantRow, seconds: usize) -> Vec<Option<f64>> {
-    (0..seconds)
-        .map(|i| match t.change {
-            Some((frac, to)) if i >= change_second(frac, seconds) => to.map(f64::from),
-            _ => t.limit.map(f64::from),
-        })
-        .collect()
 }
