@@ -10,6 +10,7 @@
 //! p99 against N; [`plot`] draws the SVG.
 //!
 //! [`sm`] is `vgpu bench sm`, the SM limiter's accuracy instrument.
+pub mod dl;
 pub mod harness;
 pub mod phases;
 pub mod plot;

@@ -37,36 +37,12 @@ type Coop = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> c_uint;
 
-fn dlerror() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated thread-local string
-    // valid until the next dl* call on this thread; copied at once.
-    let p = unsafe { libc::dlerror() };
-    if p.is_null() {
-        "unknown dl error".into()
-    } else {
-        // SAFETY: non-NULL, NUL-terminated (dlerror contract).
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
-}
-
 fn open(lib: &CStr) -> Result<(), String> {
-    // SAFETY: a constant NUL-terminated name; RTLD_GLOBAL like a program
-    // linked against the library.
-    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-    if h.is_null() {
-        return Err(format!("dlopen({}): {}", lib.to_string_lossy(), dlerror()));
-    }
-    Ok(())
+    crate::dl::open_global(lib).map(|_| ())
 }
 
 fn sym(name: &CStr) -> Result<*mut c_void, String> {
-    // SAFETY: RTLD_DEFAULT and a NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-    if p.is_null() {
-        Err(format!("dlsym({}): {}", name.to_string_lossy(), dlerror()))
-    } else {
-        Ok(p)
-    }
+    crate::dl::sym(None, name)
 }
 
 macro_rules! table {
