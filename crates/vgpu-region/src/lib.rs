@@ -26,11 +26,11 @@ pub mod failpoint;
 #[cfg(not(loom))]
 pub mod ident;
 pub mod layout;
-pub mod pacing;
 #[cfg(not(loom))]
 pub mod limits;
 #[cfg(not(loom))]
 mod open;
+pub mod pacing;
 #[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
