@@ -12,6 +12,8 @@
 //!   reclaim and no process judges a namespace it cannot see.
 //! - Exact admission: add to your own slot, then sum; over the limit, take
 //!   it back (see [`core`]).
+//! - The limits file ([`limits`]): the operator's limits, read-only to the
+//!   tenant; the region header keeps a display copy.
 //!
 //! The crate is meant to live inside a preloaded cdylib: it never panics on
 //! file contents, logs nothing, keeps no global state, starts no threads,
@@ -25,6 +27,11 @@ pub mod failpoint;
 pub mod ident;
 pub mod layout;
 #[cfg(not(loom))]
+pub mod limits;
+#[cfg(not(loom))]
+mod open;
+pub mod pacing;
+#[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
 mod shm;
@@ -34,25 +41,32 @@ mod sync;
 pub mod telemetry;
 pub mod units;
 
-pub use crate::core::{AdmissionError, MemKind, Release};
+pub use crate::core::{AdmissionError, MemKind, Release, MAX_RESERVATION};
 #[cfg(not(loom))]
 pub use clock::{monotonic_ns, realtime_ns};
 pub use layout::{FormatError, HeaderInfo};
 #[cfg(not(loom))]
 pub use region::{
-    CreateOptions, DeviceConfig, LimitMismatch, Region, RegionError, SlotId, SlotOwner, SlotRef,
-    DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV,
+    CreateOptions, DeviceConfig, DisplayMismatch, LimitMismatch, Region, RegionError, SlotId,
+    SlotOwner, SlotRef, Unusable, DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV, REGION_MODE,
 };
 #[cfg(not(loom))]
-pub use snapshot::{DeviceSnapshot, IdentitySnapshot, SlotDeviceSnapshot, SlotSnapshot, Snapshot};
-pub use telemetry::{Fallback, IdentityState, IdentityTier, Limits, Phase, RunStatus, Usage};
+pub use snapshot::{
+    DeviceSnapshot, IdentitySnapshot, PacingSnapshot, SlotDeviceSnapshot, SlotLimiterDevice,
+    SlotLimiterSnapshot, SlotSnapshot, Snapshot,
+};
+pub use telemetry::{
+    DegradedReason, Fallback, IdentityState, IdentityTier, LimiterState, Limits, Phase, RunStatus,
+    Usage, UtilSource,
+};
 pub use units::SizeError;
 
 /// Loom's view of the algorithms: fresh in-memory regions to run them on.
 #[cfg(loom)]
 pub mod model {
     pub use crate::core::*;
-    pub use crate::layout::{RawHeader, RawSlot};
+    pub use crate::layout::{RawHeader, RawPacing, RawSlot, RawSlotPacing};
+    pub use crate::pacing::{lease_holder, release_lease, try_lease, Bounds, Bucket};
 
     /// An in-memory region of `n` slots (all atomics zero).
     pub struct Mem {
@@ -64,6 +78,10 @@ pub mod model {
         pub totals: Vec<crate::sync::AtomicU64>,
         /// Slots.
         pub slots: Vec<RawSlot>,
+        /// Pacing cells (one per device).
+        pub pacing: Vec<crate::layout::RawPacing>,
+        /// Slot pacing records.
+        pub slot_pacing: Vec<crate::layout::RawSlotPacing>,
     }
 
     fn zeroed_header() -> RawHeader {
@@ -86,6 +104,8 @@ pub mod model {
             created_unix_ns: z64(),
             slot_high_water: z32(),
             limits_generation: z32(),
+            pacing_size: z32(),
+            slot_pacing_size: z32(),
             _reserved: std::array::from_fn(|_| z64()),
             ns_table: std::array::from_fn(|_| z64()),
             devices: std::array::from_fn(|_| crate::layout::RawDevice {
@@ -145,6 +165,12 @@ pub mod model {
                     .map(|_| crate::sync::AtomicU64::new(0))
                     .collect(),
                 slots: (0..n).map(|_| zeroed_slot()).collect(),
+                pacing: (0..crate::layout::MAX_DEVICES)
+                    .map(|_| crate::pacing::zeroed_pacing())
+                    .collect(),
+                slot_pacing: (0..n)
+                    .map(|_| crate::pacing::zeroed_slot_pacing())
+                    .collect(),
             }
         }
 
@@ -155,6 +181,8 @@ pub mod model {
                 owners: &self.owners,
                 totals: &self.totals,
                 slots: &self.slots,
+                pacing: &self.pacing,
+                slot_pacing: &self.slot_pacing,
             }
         }
     }
