@@ -126,23 +126,6 @@ fn kernel_model_utilization_one_and_two_processes() {
 }
 
 #[test]
-fn vendored_requests_match_the_shared_copy() {
-    // The repository carries a copy so a fresh clone can test; when the
-    // shared data directory is beside the checkout, the two must agree.
-    let shared = vgpu_conformance::repo_root()
-        .join("../shared/data/cudart-12.9-getprocaddress-requests.txt");
-    let Ok(shared) = std::fs::read(&shared) else {
-        eprintln!("no shared data beside the checkout; nothing to compare");
-        return;
-    };
-    let vendored = std::fs::read(cudart_requests()).unwrap();
-    assert_eq!(
-        shared, vendored,
-        "conformance/data copy differs from ../shared/data"
-    );
-}
-
-#[test]
 fn expected_map_is_generated_from_the_headers() {
     let inc = vgpu_conformance::nvidia_include().unwrap();
     let out =
