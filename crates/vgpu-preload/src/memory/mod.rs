@@ -102,8 +102,10 @@ impl Mem<'_> {
         };
         crate::log_at!(
             level,
-            "{what} of {bytes} B refused on device {dev} (CUDA_ERROR_OUT_OF_MEMORY): container budget {} B, in use {} B",
-            self.ledger.mem_limit(dev),
+            "{what} of {bytes} B refused on device {dev} (CUDA_ERROR_OUT_OF_MEMORY): container budget {}, in use {} B",
+            self.ledger
+                .mem_limit(dev)
+                .map_or_else(|| "none".to_string(), |b| format!("{b} B")),
             self.ledger.used(dev)
         );
         OOM
@@ -120,6 +122,7 @@ impl Mem<'_> {
         call: impl FnOnce() -> CUresult,
     ) -> Result<CUresult, CUresult> {
         let l = self.ledger;
+        attach::refresh_limits(l);
         if l.reserve(dev, kind, bytes).is_err() {
             // Pools give memory back at synchronizations vgpu does not see:
             // bring their charges down to what they hold, then look again.

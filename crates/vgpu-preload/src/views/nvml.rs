@@ -16,6 +16,7 @@ use crate::attach;
 use crate::config;
 use crate::driver::NvmlDriver;
 use crate::ledger::View;
+use crate::limits_source;
 
 /// Physical NVML devices in CUDA ordinal order: (NVML index, handle).
 pub type DeviceMap = [(u32, usize)];
@@ -160,20 +161,22 @@ impl NvmlView<'_> {
         dev: nvmlDevice_t,
         free: u64,
         total: u64,
-        budget: impl Fn(u32) -> (u64, u64),
+        budget: impl Fn(u32) -> (Option<u64>, u64),
     ) -> Option<(u64, u64)> {
         let ord = self.ordinal_of(dev)?;
         let (limit, used) = budget(ord);
-        (limit != 0).then(|| super::view(limit, used, free, total))
+        limit.map(|l| super::view(Some(l), used, free, total))
     }
 }
 
-/// (limit, container usage) of CUDA ordinal `ord`; limit 0 = none. An
+/// (limit, container usage) of CUDA ordinal `ord`; `None` = no limit. An
 /// attached process asks its own ledger; a process that only asks NVML
-/// (nvidia-smi, a monitor) reads the region without claiming a slot; before
-/// the region exists (it is created at the first cuInit) the environment's
-/// limit applies with nothing in use.
-pub fn budget(ord: u32) -> (u64, u64) {
+/// (nvidia-smi, a monitor) reads the region without claiming a slot, with
+/// the limits from the limits source (the file, else the environment
+/// lowered by the region's copy: never the region alone); before the
+/// region exists (it is created at the first cuInit) those limits apply
+/// with nothing in use.
+pub fn budget(ord: u32) -> (Option<u64>, u64) {
     if let Some(p) = attach::attached() {
         return (p.mem_limit(ord), p.used(ord));
     }
@@ -203,10 +206,18 @@ pub fn budget(ord: u32) -> (u64, u64) {
             Err(e) => crate::debug!("NVML view without the region: {}", crate::log::chain(&e)),
         }
     }
+    let limits = limits_source::snapshot().unwrap_or_else(|| limits_source::SOURCE.load(cfg));
     // SAFETY: VIEW only holds null or a leaked, never-freed Box<View>.
     match unsafe { v.as_ref() } {
-        Some(view) => (view.mem_limit(ord), view.used(ord)),
-        None => (cfg.mem_limit(ord), 0),
+        Some(view) if ord < view.device_count() => {
+            let uuid = view.device_uuid(ord);
+            let shown = view.display_limit(ord);
+            (
+                limits.device(Some(ord), &uuid, Some(shown)).memory,
+                view.used(ord),
+            )
+        }
+        _ => (limits.device(Some(ord), "", None).memory, 0),
     }
 }
 
@@ -275,7 +286,13 @@ mod tests {
         let map = VisibleMap::new();
         let v = view(&nvml, Some("1"), &map);
         // CUDA ordinal 0 is physical 1; only it has a budget.
-        let budget = |ord: u32| if ord == 0 { (2 * G, G / 2) } else { (0, 0) };
+        let budget = |ord: u32| {
+            if ord == 0 {
+                (Some(2 * G), G / 2)
+            } else {
+                (None, 0)
+            }
+        };
         assert_eq!(
             v.memory(FakeNvml::handle(1), 80 * G, 80 * G, budget),
             Some((2 * G - G / 2, 2 * G))

@@ -1,0 +1,160 @@
+//! The budget holds on every path, the view shows only the container, and
+//! failure closes: real processes under libvgpu.so on the simulated
+//! driver, driven step by step through `tests/c/harden.c`.
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+
+use common::*;
+
+/// A running `harden` client: one command in, one answer line out.
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Client {
+    fn start(env: &[(String, String)]) -> Client {
+        let mut child = command(&c_program("harden"), &[], env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Client {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Sends `cmd`, returns its answer's `key=value` fields.
+    fn ask(&mut self, cmd: &str) -> std::collections::BTreeMap<String, String> {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with(cmd.split_whitespace().next().unwrap()),
+            "{cmd}: unexpected answer {line:?}"
+        );
+        line.split_whitespace()
+            .filter_map(|t| t.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The CUresult of `cmd`.
+    fn rc(&mut self, cmd: &str) -> u64 {
+        num(&self.ask(cmd), "rc")
+    }
+
+    /// cuMemGetInfo_v2: (free, total).
+    fn info(&mut self) -> (u64, u64) {
+        let f = self.ask("info");
+        assert_eq!(num(&f, "rc"), 0, "{f:?}");
+        (num(&f, "free"), num(&f, "total"))
+    }
+
+    /// Ends the process; its stderr.
+    fn quit(mut self) -> String {
+        let _ = writeln!(self.stdin, "quit");
+        let out = self.child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+const OK: u64 = 0;
+const OOM: u64 = 2;
+
+fn write_limits(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A region for the sim's devices, a limits file beside it, and the env of
+/// a process that names both.
+fn setup(dir: &Path, region_limits: &[u64]) -> (PathBuf, PathBuf) {
+    let cache = dir.join("r.cache");
+    region_at(&cache, region_limits);
+    (cache, dir.join("limits"))
+}
+
+#[test]
+fn the_limits_file_wins_over_env_and_region_and_changes_apply_live() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    // The region's display copy says 2 GiB, the environment 1 GiB; the
+    // operator's file says 256 MiB: the file wins.
+    let (cache, file) = setup(dir.path(), &[2 * GIB]);
+    write_limits(&file, "vgpu-limits 1\ndevice * memory=268435456\n");
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ("LIBVGPU_LIMITS_FILE", file.to_str().unwrap()),
+        ],
+    );
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    assert_eq!(c.info().1, 256 * MIB);
+    assert_eq!(c.rc(&format!("alloc {}", 256 * MIB)), OK);
+    assert_eq!(c.rc("alloc 1"), OOM);
+    // A tenant writing the mapped header changes nothing that is enforced.
+    let r = vgpu_region::Region::open(&cache).unwrap();
+    r.set_limits(0, vgpu_region::Limits { mem: 0, sm: 0 });
+    assert_eq!(c.rc("alloc 1"), OOM, "the header is not a limit source");
+    assert_eq!(c.info().1, 256 * MIB);
+    // The operator raises the limit: the file changes, the generation moves.
+    write_limits(&file, "vgpu-limits 1\ndevice * memory=536870912\n");
+    r.bump_limits_generation().unwrap();
+    assert_eq!(c.rc(&format!("alloc {}", 256 * MIB)), OK, "raised live");
+    assert_eq!(c.rc("alloc 1"), OOM);
+    assert_eq!(c.info().1, 512 * MIB);
+    // A corrupted file fails closed on the last good limits, loudly.
+    write_limits(&file, "vgpu-limits 1\ndevice * memory=lots\n");
+    r.bump_limits_generation().unwrap();
+    assert_eq!(c.rc("alloc 1"), OOM, "still 512 MiB, never unlimited");
+    assert_eq!(c.info().1, 512 * MIB);
+    let stderr = c.quit();
+    assert!(
+        stderr.contains("failing closed") && stderr.contains("last limits"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(" warn:") && l.contains("the limits file wins")),
+        "a mismatch between the region and the file is a warning: {stderr}"
+    );
+}
+
+#[test]
+fn an_unusable_limits_file_admits_nothing_without_another_limit() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let file = dir.path().join("limits");
+    write_limits(&file, "vgpu-limits 7\n");
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ("LIBVGPU_LIMITS_FILE", file.to_str().unwrap()),
+        ],
+    );
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    assert_eq!(c.rc("alloc 1"), OOM);
+    assert_eq!(c.info(), (0, 0), "the view is the zero budget enforced");
+    let stderr = c.quit();
+    assert!(stderr.contains("zero budget"), "{stderr}");
+}
