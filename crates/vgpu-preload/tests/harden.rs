@@ -158,3 +158,151 @@ fn an_unusable_limits_file_admits_nothing_without_another_limit() {
     let stderr = c.quit();
     assert!(stderr.contains("zero budget"), "{stderr}");
 }
+
+fn put_u32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// Runs `limits fill 256m` under a 256 MiB environment limit against the
+/// region at `cache` (through `sh -c` in a private mount namespace when
+/// `prelude` is given) and checks it failed closed for `cause`: exactly
+/// the limit admitted, the view agreeing (fill measures through
+/// cuMemGetInfo), one loud line naming the cause.
+fn assert_fails_closed(cause: &str, cache: &Path, prelude: Option<&str>) {
+    let s = sim(1);
+    let e = env(
+        &s,
+        Some(cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "256m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let prog = c_program("limits");
+    let lim = (256 * MIB).to_string();
+    let out = match prelude {
+        None => run(&prog, &["fill", &lim], &e),
+        Some(p) => {
+            let script = format!("{p} && exec '{}' fill {lim}", prog.display());
+            command(
+                Path::new("unshare"),
+                &["--mount", "--propagation", "private", "sh", "-c", &script],
+                &e,
+            )
+            .output()
+            .unwrap()
+        }
+    };
+    assert_passed(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let loud: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("FAILING CLOSED"))
+        .collect();
+    assert_eq!(loud.len(), 1, "{cause}: one line\n{stderr}");
+    assert!(
+        loud[0].contains(&format!("region unusable ({cause})")) && loud[0].contains(" error:"),
+        "{cause}: {stderr}"
+    );
+    assert!(!stderr.contains("NOT enforced"), "{cause}: {stderr}");
+}
+
+#[test]
+fn every_unusable_region_fails_closed_on_a_private_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    // A leftover HAMi-core 1.2 cache at the same path (a real migration case).
+    let hami = dir.path().join("hami.cache");
+    let mut b = vec![0u8; 1 << 20];
+    b[..4].copy_from_slice(&19_920_718i32.to_ne_bytes());
+    put_u32(&mut b, 4, 1);
+    put_u32(&mut b, 8, 2);
+    std::fs::write(&hami, &b).unwrap();
+    assert_fails_closed("hami-region", &hami, None);
+    assert_eq!(std::fs::read(&hami).unwrap(), b, "left as it was");
+    // Ours, but corrupt (slot count zeroed).
+    let good = dir.path().join("good.cache");
+    region_at(&good, &[GIB]);
+    let mut bytes = std::fs::read(&good).unwrap();
+    put_u32(&mut bytes, 28, 0);
+    let corrupt = dir.path().join("corrupt.cache");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    assert_fails_closed("corrupt", &corrupt, None);
+    // Every slot held by a live process (this one).
+    let full = dir.path().join("full.cache");
+    let opts = vgpu_region::CreateOptions {
+        slots: 2,
+        devices: vec![vgpu_region::DeviceConfig {
+            uuid: vgpu_sim::Machine::device_uuid_string(0),
+            mem_limit: 256 * MIB,
+            sm_limit: 0,
+        }],
+    };
+    let (r, _) = vgpu_region::Region::open_or_create(&full, &opts).unwrap();
+    r.register().unwrap();
+    r.register().unwrap();
+    assert_fails_closed("full", &full, None);
+    // The PID-namespace table full of other namespaces.
+    let ns = dir.path().join("ns.cache");
+    region_at(&ns, &[256 * MIB]);
+    let mut bytes = std::fs::read(&ns).unwrap();
+    for i in 0..64u64 {
+        let off = 136 + 8 * i as usize;
+        bytes[off..off + 8].copy_from_slice(&(0xdead_0000 + i).to_ne_bytes());
+    }
+    std::fs::write(&ns, &bytes).unwrap();
+    assert_fails_closed("namespace-table-full", &ns, None);
+    // Not writable by the process (a read-only mount of its directory).
+    let ro = tempfile::tempdir().unwrap();
+    let rcache = ro.path().join("r.cache");
+    region_at(&rcache, &[GIB]);
+    let d = ro.path().display();
+    assert_fails_closed(
+        "permission",
+        &rcache,
+        Some(&format!(
+            "mount --bind '{d}' '{d}' && mount -o remount,ro,bind '{d}'"
+        )),
+    );
+}
+
+#[test]
+fn a_first_process_without_a_limit_no_longer_decides_for_later_ones() {
+    // The first process's limit was malformed: the region records none.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "lots"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let mut first = Client::start(&e);
+    assert_eq!(first.rc("init"), OK);
+    assert_eq!(vgpu_region::Region::open(&cache).unwrap().limits(0).mem, 0);
+    // A later, correctly configured process keeps its own limit, and says
+    // at warning level that the region disagrees.
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "128m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let mut later = Client::start(&e);
+    assert_eq!(later.rc("init"), OK);
+    assert_eq!(later.info().1, 128 * MIB);
+    assert_eq!(later.rc(&format!("alloc {}", 128 * MIB)), OK);
+    assert_eq!(later.rc("alloc 1"), OOM);
+    let stderr = later.quit();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(" warn:") && l.contains("records a memory limit of none")),
+        "{stderr}"
+    );
+    first.quit();
+}
