@@ -4,7 +4,7 @@
 #ifndef VGPU_FRONT_HOOKS_H
 #define VGPU_FRONT_HOOKS_H
 
-#define HOOK_COUNT 51
+#define HOOK_COUNT 59
 
 #define HOOKS(X) \
     X(0, cuGetProcAddress, c) \
@@ -45,19 +45,27 @@
     X(35, cuDevicePrimaryCtxReset_v2, c) \
     X(36, cuMemGetInfo_v2, c) \
     X(37, cuDeviceTotalMem_v2, c) \
-    X(38, cuLaunchKernel, c) \
-    X(39, cuLaunchKernel_ptsz, c) \
-    X(40, cuLaunchKernelEx, c) \
-    X(41, cuLaunchKernelEx_ptsz, c) \
-    X(42, cuLaunchCooperativeKernel, c) \
-    X(43, cuLaunchCooperativeKernel_ptsz, c) \
-    X(44, nvmlDeviceGetCount_v2, n) \
-    X(45, nvmlDeviceGetCount, n) \
-    X(46, nvmlDeviceGetHandleByIndex_v2, n) \
-    X(47, nvmlDeviceGetHandleByIndex, n) \
-    X(48, nvmlDeviceGetIndex, n) \
-    X(49, nvmlDeviceGetMemoryInfo, n) \
-    X(50, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(38, cuMemAlloc, c) \
+    X(39, cuMemAllocPitch, c) \
+    X(40, cuMemFree, c) \
+    X(41, cuArrayCreate, c) \
+    X(42, cuArray3DCreate, c) \
+    X(43, cuCtxCreate, c) \
+    X(44, cuMemGetInfo, c) \
+    X(45, cuDeviceTotalMem, c) \
+    X(46, cuLaunchKernel, c) \
+    X(47, cuLaunchKernel_ptsz, c) \
+    X(48, cuLaunchKernelEx, c) \
+    X(49, cuLaunchKernelEx_ptsz, c) \
+    X(50, cuLaunchCooperativeKernel, c) \
+    X(51, cuLaunchCooperativeKernel_ptsz, c) \
+    X(52, nvmlDeviceGetCount_v2, n) \
+    X(53, nvmlDeviceGetCount, n) \
+    X(54, nvmlDeviceGetHandleByIndex_v2, n) \
+    X(55, nvmlDeviceGetHandleByIndex, n) \
+    X(56, nvmlDeviceGetIndex, n) \
+    X(57, nvmlDeviceGetMemoryInfo, n) \
+    X(58, nvmlDeviceGetMemoryInfo_v2, n) \
 
 #define HOOK_NAME(i, name, lib) #name "\0"
 #define HOOK_LIB(i, name, lib) #lib

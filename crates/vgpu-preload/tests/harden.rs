@@ -306,3 +306,67 @@ fn a_first_process_without_a_limit_no_longer_decides_for_later_ones() {
     );
     first.quit();
 }
+
+#[test]
+fn legacy_v1_entry_points_are_charged_and_show_the_view_on_every_route() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let ctx = 64 * MIB;
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "64m"),
+        ],
+    );
+    for route in ["direct", "dlsym", "proc"] {
+        let mut c = Client::start(&e);
+        assert_eq!(c.rc("init"), OK, "{route}");
+        let base = ctx; // the primary context
+        assert_eq!(c.info(), (GIB - base, GIB), "{route}");
+        // cuMemAlloc (v1): charged, and the budget holds.
+        assert_eq!(
+            c.rc(&format!("v1alloc {route} {}", 512 * MIB)),
+            OK,
+            "{route}"
+        );
+        assert_eq!(c.info().0, GIB - base - 512 * MIB, "{route}: charged");
+        assert_eq!(
+            c.rc(&format!("v1alloc {route} {}", 512 * MIB)),
+            OOM,
+            "{route}: over the budget"
+        );
+        // The v1 views show the same budget.
+        let i = c.ask(&format!("v1info {route}"));
+        assert_eq!(num(&i, "rc"), OK, "{route} {i:?}");
+        assert_eq!(num(&i, "total"), GIB, "{route} {i:?}");
+        assert_eq!(num(&i, "free"), GIB - base - 512 * MIB, "{route} {i:?}");
+        let t = c.ask(&format!("v1total {route}"));
+        assert_eq!(num(&t, "total"), GIB, "{route} {t:?}");
+        // cuMemFree (v1) gives it back.
+        assert_eq!(c.rc(&format!("v1free {route}")), OK, "{route}");
+        assert_eq!(c.info().0, GIB - base, "{route}: released");
+        // cuMemAllocPitch (v1): pitch x height.
+        let p = c.ask(&format!("v1pitch {route} 1000 1024"));
+        assert_eq!(num(&p, "rc"), OK, "{route} {p:?}");
+        let pitched = num(&p, "pitch") * 1024;
+        assert_eq!(c.info().0, GIB - base - pitched, "{route}: pitch charged");
+        assert_eq!(c.rc(&format!("v1free {route}")), OK);
+        // cuArrayCreate / cuArray3DCreate (v1): float texels.
+        assert_eq!(c.rc(&format!("v1array {route} 4096 4096")), OK, "{route}");
+        assert_eq!(c.info().0, GIB - base - 64 * MIB, "{route}: 2D array");
+        assert_eq!(c.rc(&format!("v1array3d {route} 1024 1024 32")), OK);
+        assert_eq!(c.info().0, GIB - base - 64 * MIB - 128 * MIB, "{route}: 3D");
+        assert_eq!(c.rc("arrfree"), OK);
+        assert_eq!(c.rc("arrfree"), OK);
+        assert_eq!(c.info().0, GIB - base, "{route}: arrays released");
+        // cuCtxCreate (v1): the context estimate, back at destroy.
+        assert_eq!(c.rc(&format!("v1ctx {route}")), OK, "{route}");
+        assert_eq!(c.info().0, GIB - base - ctx, "{route}: context charged");
+        assert_eq!(c.rc("ctxfree"), OK);
+        assert_eq!(c.info().0, GIB - base, "{route}: context released");
+        c.quit();
+    }
+}

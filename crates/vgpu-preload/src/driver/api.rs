@@ -137,6 +137,15 @@ driver_api! {
     cuda fn cuArrayDestroy(hArray: CUarray) -> CUresult;
     cuda fn cuMipmappedArrayCreate(pHandle: *mut CUmipmappedArray, pMipmappedArrayDesc: *const CUDA_ARRAY3D_DESCRIPTOR, numMipmapLevels: c_uint) -> CUresult;
     cuda fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUresult;
+    // --- legacy (v1, 32-bit) memory, context and info entry points
+    cuda fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult;
+    cuda fn cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pPitch: *mut c_uint, WidthInBytes: c_uint, Height: c_uint, ElementSizeBytes: c_uint) -> CUresult;
+    cuda fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult;
+    cuda fn cuArrayCreate(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult;
+    cuda fn cuArray3DCreate(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult;
+    cuda fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult;
+    cuda fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult;
+    cuda fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> CUresult;
     // --- stream-ordered memory and pools
     cuda fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult;
     cuda fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult;
