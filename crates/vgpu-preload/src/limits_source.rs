@@ -48,6 +48,9 @@ pub struct Snapshot {
     pub env: EnvLimits,
     /// Bumped at every published change (1 = the first load).
     pub version: u64,
+    /// The file re-read at a refresh (also with `Origin::Env` when
+    /// `LIBVGPU_LIMITS_FILE` names a file not written yet).
+    pub path: Option<PathBuf>,
 }
 
 /// The environment half, copied out of [`Config`].
@@ -245,39 +248,52 @@ impl LimitsSource {
     pub fn load(&self, cfg: &Config) -> &'static Snapshot {
         // A fork in the middle of a refresh leaves the flag set in the child.
         self.refreshing.store(false, Ordering::Release);
+        self.seen.store(u64::MAX, Ordering::Release);
         let env = EnvLimits::from_config(cfg);
         let version = self.snapshot().map_or(1, |s| s.version + 1);
-        let s = match locate(cfg) {
+        let path = locate(cfg);
+        let s = match path.as_ref().map(|p| (p, limits::read_limits_file(p))) {
             None => Snapshot {
                 origin: Origin::Env,
                 file: None,
                 env,
                 version,
+                path,
             },
-            Some(path) => match limits::read_limits_file(&path) {
-                Ok(l) => {
-                    crate::debug!("limits from {}", path.display());
-                    Snapshot {
-                        origin: Origin::File(path),
-                        file: Some(l),
-                        env,
-                        version,
-                    }
-                }
-                Err(e) => {
-                    let s = Snapshot {
-                        origin: Origin::FailClosed {
-                            path: path.clone(),
-                            why: crate::log::chain(&e),
-                        },
-                        file: None,
-                        env,
-                        version,
-                    };
-                    fail_closed_line(&path, &e, &s, false);
-                    s
-                }
+            // A named file that does not exist (yet): the environment, and
+            // the file once it appears.
+            Some((_, Err(e))) if e.is_not_found() => Snapshot {
+                origin: Origin::Env,
+                file: None,
+                env,
+                version,
+                path,
             },
+            Some((p, Ok(l))) => {
+                crate::debug!("limits from {}", p.display());
+                Snapshot {
+                    origin: Origin::File(p.clone()),
+                    file: Some(l),
+                    env,
+                    version,
+                    path,
+                }
+            }
+            Some((p, Err(e))) => {
+                let p = p.clone();
+                let s = Snapshot {
+                    origin: Origin::FailClosed {
+                        path: p.clone(),
+                        why: crate::log::chain(&e),
+                    },
+                    file: None,
+                    env,
+                    version,
+                    path,
+                };
+                fail_closed_line(&p, &e, &s, false);
+                s
+            }
         };
         self.publish(s)
     }
@@ -300,36 +316,34 @@ impl LimitsSource {
         {
             return false;
         }
-        let changed = if seen == u64::MAX {
-            // The first generation seen is the one the load already read.
-            false
-        } else {
-            self.reread(cur)
-        };
+        // The first generation seen may already be past the load's read:
+        // re-read (an unchanged file publishes nothing).
+        let changed = self.reread(cur);
         self.seen.store(region_generation, Ordering::Release);
         self.refreshing.store(false, Ordering::Release);
         changed
     }
 
     fn reread(&self, cur: &'static Snapshot) -> bool {
-        let path = match &cur.origin {
-            Origin::Env => return false,
-            Origin::File(p) | Origin::FailClosed { path: p, .. } => p.clone(),
+        let Some(path) = cur.path.clone() else {
+            return false;
         };
         let next = match limits::read_limits_file(&path) {
             Ok(l) if cur.file.as_ref() == Some(&l) && matches!(cur.origin, Origin::File(_)) => {
                 return false
             }
+            Err(e) if e.is_not_found() && cur.origin == Origin::Env => return false,
             Ok(l) => {
                 crate::info!(
                     "limits file {} changed; the new limits apply",
                     path.display()
                 );
                 Snapshot {
-                    origin: Origin::File(path),
+                    origin: Origin::File(path.clone()),
                     file: Some(l),
                     env: cur.env.clone(),
                     version: cur.version + 1,
+                    path: Some(path),
                 }
             }
             Err(e) => {
@@ -345,6 +359,7 @@ impl LimitsSource {
                     file: cur.file.clone(),
                     env: cur.env.clone(),
                     version: cur.version + 1,
+                    path: Some(path.clone()),
                 };
                 fail_closed_line(&path, &e, &s, true);
                 s
@@ -494,7 +509,7 @@ mod tests {
         write(&f, "vgpu-limits 1\ndevice * memory=1073741824\n");
         let src = LimitsSource::new();
         src.load(&cfg(d.path(), Some(&f), &[]));
-        // The first generation seen is the state loaded.
+        // The first generation seen: re-read, unchanged.
         assert!(!src.refresh_if_changed(7));
         write(&f, "vgpu-limits 1\ndevice * memory=2147483648\n");
         // Same generation: not re-read.
@@ -531,6 +546,28 @@ mod tests {
         let s = src.snapshot().unwrap();
         assert_eq!(s.origin, Origin::File(f.clone()));
         assert_eq!(s.device(None, "x", None).memory, Some(G));
+    }
+
+    #[test]
+    fn a_named_file_not_written_yet_means_the_environment_until_it_appears() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("later");
+        let src = LimitsSource::new();
+        let s = src.load(&cfg(
+            d.path(),
+            Some(&f),
+            &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")],
+        ));
+        assert_eq!(s.origin, Origin::Env);
+        assert_eq!(s.device(None, "x", None).memory, Some(G));
+        assert!(!src.refresh_if_changed(1));
+        assert!(!src.refresh_if_changed(2), "still absent: nothing changes");
+        write(&f, "vgpu-limits 1\ndevice * memory=536870912\n");
+        assert!(src.refresh_if_changed(3));
+        assert_eq!(
+            src.snapshot().unwrap().device(None, "x", None).memory,
+            Some(G / 2)
+        );
     }
 
     #[test]

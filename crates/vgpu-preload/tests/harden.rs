@@ -370,3 +370,45 @@ fn legacy_v1_entry_points_are_charged_and_show_the_view_on_every_route() {
         c.quit();
     }
 }
+
+#[test]
+fn sizes_no_counter_can_hold_are_refused_and_nothing_wraps() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let file = dir.path().join("limits");
+    // No limit anywhere (yet): an unlimited region, and a limits file
+    // named but not written.
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ("LIBVGPU_LIMITS_FILE", file.to_str().unwrap()),
+        ],
+    );
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    assert_eq!(c.rc(&format!("alloc {GIB}")), OK);
+    let r = vgpu_region::Region::open(&cache).unwrap();
+    assert_eq!(r.device_used(0), GIB);
+    for huge in [u64::MAX, u64::MAX - GIB + 1, (1 << 56) + 1] {
+        assert_eq!(c.rc(&format!("alloc {huge}")), OOM, "{huge}");
+        assert_eq!(r.device_used(0), GIB, "{huge}: the counters did not wrap");
+    }
+    // A pitched allocation whose width x height cannot be represented.
+    let p = c.ask(&format!("v1pitch direct {} {}", u32::MAX, u32::MAX));
+    assert_ne!(num(&p, "rc"), OK, "{p:?}");
+    assert_eq!(r.device_used(0), GIB);
+    // The operator sets 1.5 GiB live: what is held counts in full.
+    write_limits(&file, "vgpu-limits 1\ndevice * memory=1610612736\n");
+    r.bump_limits_generation().unwrap();
+    assert_eq!(
+        c.rc(&format!("alloc {GIB}")),
+        OOM,
+        "1 GiB held + 1 GiB > 1.5 GiB"
+    );
+    assert_eq!(c.rc(&format!("alloc {}", GIB / 2)), OK);
+    assert_eq!(r.device_used(0), GIB + GIB / 2);
+    c.quit();
+}

@@ -477,3 +477,21 @@ fn arrays_are_charged_by_size_and_released_by_destroy() {
         .is_success());
     assert_eq!(f.used(0), 0);
 }
+
+#[test]
+fn unrepresentable_sizes_never_reach_the_driver_and_counters_hold() {
+    // Unlimited and limited devices alike.
+    let f = fixture(&[0, 256 * MIB]);
+    let p = f.alloc(64 * MIB).unwrap();
+    for huge in [u64::MAX, (1 << 56) + 1] {
+        assert_eq!(f.alloc(huge), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(f.used(0), 64 * MIB, "{huge}: no wrap");
+    }
+    assert_eq!(f.drv.count("cuMemAlloc_v2"), 1, "refused before the driver");
+    f.drv.set_current(1);
+    assert_eq!(f.alloc(u64::MAX), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    assert_eq!(f.used(1), 0);
+    f.drv.set_current(0);
+    assert_eq!(f.free(p), SUCCESS);
+    assert_eq!(f.used(0), 0);
+}
