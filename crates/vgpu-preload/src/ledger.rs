@@ -445,8 +445,13 @@ pub struct Tables {
     /// Stream-ordered allocations: pointer -> pool.
     pub async_ptrs: Map<u64, usize>,
     pub pools: Map<usize, PoolCharge>,
-    /// `cuMemCreate` handles.
+    /// `cuMemCreate` handles (their charge stays while mapped, even after
+    /// `cuMemRelease`: the charge follows the physical memory).
     pub handles: Map<u64, Charge>,
+    /// Per handle: live mappings, and whether `cuMemRelease` already ran.
+    pub handle_refs: Map<u64, (u32, bool)>,
+    /// Mapped address -> (size, handle), for `cuMemUnmap` of a range.
+    pub mappings: std::collections::BTreeMap<u64, (u64, u64)>,
     /// Arrays and mipmapped arrays by handle.
     pub arrays: Map<usize, Charge>,
     /// Contexts created with `cuCtxCreate*`.

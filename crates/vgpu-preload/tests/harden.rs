@@ -412,3 +412,32 @@ fn sizes_no_counter_can_hold_are_refused_and_nothing_wraps() {
     assert_eq!(r.device_used(0), GIB + GIB / 2);
     c.quit();
 }
+
+#[test]
+fn a_vmm_handle_released_while_mapped_stays_charged_until_unmapped() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "512m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    let base = s.state().unwrap().used_bytes(0);
+    assert_eq!(c.rc(&format!("vmm {}", 256 * MIB)), OK);
+    assert_eq!(c.rc("vmmrelease"), OK);
+    // The driver still holds it (mapped), and so does the ledger.
+    assert_eq!(s.state().unwrap().used_bytes(0) - base, 256 * MIB);
+    assert_eq!(c.info().0, 256 * MIB, "charged while mapped");
+    assert_eq!(c.rc(&format!("vmm {}", 384 * MIB)), OOM, "the budget holds");
+    assert_eq!(c.rc("vmmunmap"), OK);
+    assert_eq!(s.state().unwrap().used_bytes(0), base);
+    assert_eq!(c.info().0, 512 * MIB, "released with the last mapping");
+    assert_eq!(c.rc(&format!("vmm {}", 384 * MIB)), OK);
+    c.quit();
+}

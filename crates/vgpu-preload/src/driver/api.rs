@@ -132,6 +132,8 @@ driver_api! {
     cuda fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult;
     cuda fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CUresult;
     cuda fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult;
+    cuda fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) -> CUresult;
+    cuda fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult;
     cuda fn cuArrayCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult;
     cuda fn cuArray3DCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult;
     cuda fn cuArrayDestroy(hArray: CUarray) -> CUresult;

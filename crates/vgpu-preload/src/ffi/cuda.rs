@@ -247,6 +247,20 @@ TABLE;
         attached(call, |m, call| m.mem_release(handle, call))
     }
 
+    [base: "cuMemMap", since: 10020, ptds: false, family: "memory (virtual)", policy: "count the mapping of a charged handle (its charge outlives cuMemRelease while mapped)"]
+    fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(ptr, size, offset, handle, flags) };
+        attached(call, |m, call| m.mem_map(ptr, size, handle, call))
+    }
+
+    [base: "cuMemUnmap", since: 10020, ptds: false, family: "memory (virtual)", policy: "the last unmap of a released handle returns its charge"]
+    fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(ptr, size) };
+        attached(call, |m, call| m.mem_unmap(ptr, size, call))
+    }
+
     [base: "cuArrayCreate", since: 3020, ptds: false, family: "memory (arrays)", policy: "reserve width x height x channels x format bytes"]
     fn cuArrayCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult |real| {
         let bytes = out(pAllocateArray).and_then(|d| memory::array_bytes(&d));

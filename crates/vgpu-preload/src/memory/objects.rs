@@ -70,9 +70,88 @@ impl Mem<'_> {
         )
     }
 
-    /// `cuMemRelease`.
+    /// `cuMemRelease`: the handle goes, but its memory stays on the device
+    /// while a mapping of it lives (a common pattern: release right after
+    /// `cuMemMap`), and so does its charge, until the last `cuMemUnmap`.
     pub fn mem_release(&self, h: u64, call: impl FnOnce() -> CUresult) -> CUresult {
-        self.release_object(h, |t| &mut t.handles, call)
+        let mapped = {
+            let t = self.tables();
+            t.handle_refs.get(&h).is_some_and(|r| r.0 > 0 && !r.1)
+        };
+        if !mapped {
+            let r = self.release_object(h, |t| &mut t.handles, call);
+            if r.is_success() {
+                self.tables().handle_refs.remove(&h);
+            }
+            return r;
+        }
+        let r = call();
+        if r.is_success() {
+            if let Some(rf) = self.tables().handle_refs.get_mut(&h) {
+                rf.1 = true;
+            }
+        }
+        r
+    }
+
+    /// `cuMemMap` of a handle vgpu charged: one more reference to its
+    /// memory.
+    pub fn mem_map(
+        &self,
+        va: u64,
+        size: usize,
+        h: u64,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        let r = call();
+        if r.is_success() {
+            let mut t = self.tables();
+            if t.handles.contains_key(&h) {
+                t.handle_refs.entry(h).or_insert((0, false)).0 += 1;
+                t.mappings.insert(va, (size as u64, h));
+            }
+        }
+        r
+    }
+
+    /// `cuMemUnmap` of `[va, va + size)`: every mapping starting in it goes;
+    /// a released handle whose last mapping that was gives its charge back.
+    pub fn mem_unmap(&self, va: u64, size: usize, call: impl FnOnce() -> CUresult) -> CUresult {
+        let r = call();
+        if !r.is_success() {
+            return r;
+        }
+        let mut freed = Vec::new();
+        {
+            let mut t = self.tables();
+            let hit: Vec<u64> = t
+                .mappings
+                .range(va..va.saturating_add(size as u64))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in hit {
+                let Some((_, h)) = t.mappings.remove(&k) else {
+                    continue;
+                };
+                let last = match t.handle_refs.get_mut(&h) {
+                    Some(rf) => {
+                        rf.0 = rf.0.saturating_sub(1);
+                        rf.0 == 0 && rf.1
+                    }
+                    None => false,
+                };
+                if last {
+                    t.handle_refs.remove(&h);
+                    if let Some(c) = t.handles.remove(&h) {
+                        freed.push(c);
+                    }
+                }
+            }
+        }
+        for c in freed {
+            self.ledger.release(c.dev, c.kind, c.bytes);
+        }
+        r
     }
 
     /// `cuArrayCreate_v2`, `cuArray3DCreate_v2`, `cuMipmappedArrayCreate`

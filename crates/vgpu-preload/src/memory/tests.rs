@@ -495,3 +495,91 @@ fn unrepresentable_sizes_never_reach_the_driver_and_counters_hold() {
     assert_eq!(f.free(p), SUCCESS);
     assert_eq!(f.used(0), 0);
 }
+
+impl Fixture {
+    /// `cuMemCreate` of a device handle through the policy.
+    fn vmm_create(&self, bytes: u64) -> u64 {
+        let prop = CUmemAllocationProp {
+            type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+            requestedHandleTypes: 0,
+            location: CUmemLocation {
+                type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                id: 0,
+            },
+            win32HandleMetaData: std::ptr::null_mut(),
+            allocFlags: CUmemAllocFlags::default(),
+        };
+        let h = Cell::new(None);
+        let r = self.mem().mem_create(
+            bytes as usize,
+            0,
+            || h.get(),
+            || match self.drv.mem_create(bytes as usize, &prop) {
+                Ok(x) => {
+                    h.set(Some(x));
+                    SUCCESS
+                }
+                Err(e) => e,
+            },
+        );
+        assert!(r.is_success());
+        h.get().unwrap()
+    }
+
+    fn vmm_map(&self, va: u64, size: u64, h: u64) -> CUresult {
+        self.mem().mem_map(va, size as usize, h, || {
+            self.drv.mem_map(va, size as usize, h)
+        })
+    }
+
+    fn vmm_unmap(&self, va: u64, size: u64) -> CUresult {
+        self.mem()
+            .mem_unmap(va, size as usize, || self.drv.mem_unmap(va, size as usize))
+    }
+
+    fn vmm_release(&self, h: u64) -> CUresult {
+        self.mem().mem_release(h, || self.drv.mem_release(h))
+    }
+}
+
+#[test]
+fn vmm_charge_follows_the_physical_memory_through_release_while_mapped() {
+    let f = fixture(&[256 * MIB]);
+    let va = 0x10_0000_0000u64;
+    // create -> map -> release: the memory is still on the device, and so
+    // is the charge.
+    let h = f.vmm_create(64 * MIB);
+    assert_eq!(f.vmm_map(va, 64 * MIB, h), SUCCESS);
+    assert_eq!(f.vmm_release(h), SUCCESS);
+    assert_eq!(f.drv.in_use(0), 64 * MIB);
+    assert_eq!(f.used(0), 64 * MIB, "charged while mapped");
+    // Mapped twice: the first unmap keeps it, the last returns it.
+    let h2 = f.vmm_create(32 * MIB);
+    assert_eq!(f.vmm_map(va + (1 << 30), 32 * MIB, h2), SUCCESS);
+    assert_eq!(f.vmm_map(va + (2 << 30), 32 * MIB, h2), SUCCESS);
+    assert_eq!(f.vmm_release(h2), SUCCESS);
+    assert_eq!(f.vmm_unmap(va + (1 << 30), 32 * MIB), SUCCESS);
+    assert_eq!(f.used(0), 96 * MIB);
+    assert_eq!(f.drv.in_use(0), 96 * MIB);
+    assert_eq!(f.vmm_unmap(va + (2 << 30), 32 * MIB), SUCCESS);
+    assert_eq!(f.used(0), 64 * MIB);
+    // One unmap over a range covering the first mapping.
+    assert_eq!(f.vmm_unmap(va, 1 << 30), SUCCESS);
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+    // unmap first, release after: returned at the release.
+    let h3 = f.vmm_create(16 * MIB);
+    assert_eq!(f.vmm_map(va, 16 * MIB, h3), SUCCESS);
+    assert_eq!(f.vmm_unmap(va, 16 * MIB), SUCCESS);
+    assert_eq!(f.used(0), 16 * MIB, "the handle still holds it");
+    assert_eq!(f.vmm_release(h3), SUCCESS);
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+    // A second release of a released, mapped handle is the driver's error
+    // and changes nothing.
+    let h4 = f.vmm_create(8 * MIB);
+    assert_eq!(f.vmm_map(va, 8 * MIB, h4), SUCCESS);
+    assert_eq!(f.vmm_release(h4), SUCCESS);
+    assert_ne!(f.vmm_release(h4), SUCCESS);
+    assert_eq!(f.used(0), 8 * MIB);
+    assert_eq!(f.vmm_unmap(va, 8 * MIB), SUCCESS);
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+}
