@@ -504,6 +504,13 @@ impl View {
         self.region.device_count()
     }
 
+    pub fn device_index(&self, uuid: &str) -> Option<u32> {
+        if uuid.is_empty() {
+            return None;
+        }
+        self.region.device_index(uuid)
+    }
+
     pub fn device_uuid(&self, dev: u32) -> String {
         self.region.device_uuid(dev)
     }

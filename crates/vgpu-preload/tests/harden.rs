@@ -441,3 +441,96 @@ fn a_vmm_handle_released_while_mapped_stays_charged_until_unmapped() {
     assert_eq!(c.rc(&format!("vmm {}", 384 * MIB)), OK);
     c.quit();
 }
+
+#[test]
+fn budgets_are_per_physical_device_whatever_order_a_process_sees() {
+    let s = sim(2);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let u = |i| vgpu_sim::Machine::device_uuid_string(i);
+    let file = dir.path().join("limits");
+    write_limits(
+        &file,
+        &format!(
+            "vgpu-limits 1\ndevice {} memory=1073741824\ndevice {} memory=536870912\n",
+            u(0),
+            u(1)
+        ),
+    );
+    let e = |visible: &str| {
+        env(
+            &s,
+            Some(&cache),
+            &[
+                ("CUDA_VISIBLE_DEVICES", visible),
+                ("LIBVGPU_CONTEXT_MEMORY", "0"),
+                ("LIBVGPU_LIMITS_FILE", file.to_str().unwrap()),
+            ],
+        )
+    };
+    // The first process sees the GPUs swapped (and creates the region in
+    // its own order).
+    let mut a = Client::start(&e("1,0"));
+    assert_eq!(a.rc("init"), OK);
+    // Its ordinal 0 is physical GPU 1 (512 MiB), ordinal 1 is GPU 0 (1 GiB).
+    assert_eq!(a.info().1, 512 * MIB);
+    assert_eq!(a.rc(&format!("alloc {}", 256 * MIB)), OK);
+    assert_eq!(a.rc("ctx 1"), OK);
+    assert_eq!(a.info().1, GIB);
+    assert_eq!(a.rc(&format!("alloc {GIB}")), OK, "GPU 0's whole budget");
+    assert_eq!(a.rc("alloc 1"), OOM);
+    let r = vgpu_region::Region::open(&cache).unwrap();
+    let (i0, i1) = (
+        r.device_index(&u(0)).unwrap(),
+        r.device_index(&u(1)).unwrap(),
+    );
+    assert_eq!(r.device_used(i0), GIB, "GPU 0 holds its budget, not more");
+    assert_eq!(r.device_used(i1), 256 * MIB);
+    // A process that sees only GPU 1: not refused because GPU 0 is full.
+    let mut b = Client::start(&e("1"));
+    assert_eq!(b.rc("init"), OK);
+    assert_eq!(b.info(), (256 * MIB, 512 * MIB));
+    assert_eq!(b.rc(&format!("alloc {}", 256 * MIB)), OK);
+    assert_eq!(b.rc("alloc 1"), OOM);
+    assert_eq!(r.device_used(i1), 512 * MIB);
+    assert_eq!(r.device_used(i0), GIB);
+    // The physical devices agree.
+    let st = s.state().unwrap();
+    assert!(st.used_bytes(0) >= GIB && st.used_bytes(1) >= 512 * MIB);
+    // An NVML-only process (a monitor) seeing them swapped: each index
+    // shows its physical device's budget and usage.
+    let out = run(&c_program("limits"), &["nvml"], &e("1,0"));
+    let f = facts(&out);
+    assert_eq!(num(&f, "nvml.0.total"), 512 * MIB, "{f:?}");
+    assert_eq!(num(&f, "nvml.0.used"), 512 * MIB, "{f:?}");
+    assert_eq!(num(&f, "nvml.1.total"), GIB, "{f:?}");
+    assert_eq!(num(&f, "nvml.1.used"), GIB, "{f:?}");
+    b.quit();
+    a.quit();
+}
+
+#[test]
+fn charges_land_on_the_physical_device_by_uuid_with_env_limits() {
+    let s = sim(2);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let r = region_at(&cache, &[GIB, GIB]);
+    let mut a = Client::start(&env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_VISIBLE_DEVICES", "1,0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    ));
+    assert_eq!(a.rc("init"), OK);
+    // Ordinal 0 is physical GPU 1.
+    assert_eq!(a.rc(&format!("alloc {}", 768 * MIB)), OK);
+    assert_eq!((r.device_used(0), r.device_used(1)), (0, 768 * MIB));
+    assert_eq!(a.rc(&format!("alloc {}", 512 * MIB)), OOM, "GPU 1's budget");
+    assert_eq!(a.rc("ctx 1"), OK);
+    assert_eq!(a.rc(&format!("alloc {GIB}")), OK, "GPU 0 is untouched");
+    assert_eq!((r.device_used(0), r.device_used(1)), (GIB, 768 * MIB));
+    a.quit();
+}

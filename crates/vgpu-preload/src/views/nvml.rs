@@ -155,16 +155,18 @@ impl NvmlView<'_> {
 
     /// After a successful `nvmlDeviceGetMemoryInfo(_v2)` that reported
     /// (`free`, `total`): the virtual (free, total), or `None` without a
-    /// limit. `budget` gives (limit, container usage) of a CUDA ordinal.
+    /// limit. `budget` gives (limit, container usage) of a CUDA ordinal and
+    /// its device's UUID.
     pub fn memory(
         &self,
         dev: nvmlDevice_t,
         free: u64,
         total: u64,
-        budget: impl Fn(u32) -> (Option<u64>, u64),
+        budget: impl Fn(u32, &str) -> (Option<u64>, u64),
     ) -> Option<(u64, u64)> {
         let ord = self.ordinal_of(dev)?;
-        let (limit, used) = budget(ord);
+        let uuid = self.nvml.device_uuid(dev).unwrap_or_default();
+        let (limit, used) = budget(ord, &uuid);
         limit.map(|l| super::view(Some(l), used, free, total))
     }
 }
@@ -176,7 +178,7 @@ impl NvmlView<'_> {
 /// lowered by the region's copy: never the region alone); before the
 /// region exists (it is created at the first cuInit) those limits apply
 /// with nothing in use.
-pub fn budget(ord: u32) -> (Option<u64>, u64) {
+pub fn budget(ord: u32, uuid: &str) -> (Option<u64>, u64) {
     if let Some(p) = attach::attached() {
         return (p.mem_limit(ord), p.used(ord));
     }
@@ -209,15 +211,20 @@ pub fn budget(ord: u32) -> (Option<u64>, u64) {
     let limits = limits_source::snapshot().unwrap_or_else(|| limits_source::SOURCE.load(cfg));
     // SAFETY: VIEW only holds null or a leaked, never-freed Box<View>.
     match unsafe { v.as_ref() } {
-        Some(view) if ord < view.device_count() => {
-            let uuid = view.device_uuid(ord);
-            let shown = view.display_limit(ord);
-            (
-                limits.device(Some(ord), &uuid, Some(shown)).memory,
-                view.used(ord),
-            )
-        }
-        _ => (limits.device(Some(ord), "", None).memory, 0),
+        // The region's device of this UUID (the region's order may not be
+        // this process's); a region without UUIDs: by index.
+        Some(view) => match view.device_index(uuid).or_else(|| {
+            (ord < view.device_count() && view.device_uuid(ord).is_empty()).then_some(ord)
+        }) {
+            Some(d) => (
+                limits
+                    .device(Some(ord), uuid, Some(view.display_limit(d)))
+                    .memory,
+                view.used(d),
+            ),
+            None => (None, 0),
+        },
+        None => (limits.device(Some(ord), uuid, None).memory, 0),
     }
 }
 
@@ -286,7 +293,7 @@ mod tests {
         let map = VisibleMap::new();
         let v = view(&nvml, Some("1"), &map);
         // CUDA ordinal 0 is physical 1; only it has a budget.
-        let budget = |ord: u32| {
+        let budget = |ord: u32, _: &str| {
             if ord == 0 {
                 (Some(2 * G), G / 2)
             } else {
