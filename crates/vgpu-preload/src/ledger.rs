@@ -391,12 +391,27 @@ fn create_options(slots: u32, devs: Vec<NewDevice>) -> CreateOptions {
     }
 }
 
-/// What one charge was: device (CUDA ordinal), kind, bytes.
+/// What one charge was: device (CUDA ordinal), kind, bytes, and the
+/// context it lives in (0: the device's primary context), so that a
+/// context's teardown (destroy, last primary release, reset) releases what
+/// the driver freed with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Charge {
     pub dev: u32,
     pub kind: Kind,
     pub bytes: u64,
+    pub ctx: usize,
+}
+
+/// A device's primary context as this process retained it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Primary {
+    /// Our retains not yet released.
+    pub refs: u32,
+    /// Its charge (the context estimate), 0 when none.
+    pub charge: u64,
+    /// Its handle, once a retain returned it.
+    pub handle: usize,
 }
 
 /// A stream-ordered pool this process has charged for.
@@ -464,8 +479,8 @@ pub struct Tables {
 #[derive(Default)]
 pub struct Charges {
     pub tables: Mutex<Tables>,
-    /// Primary-context retain count and charge per device.
-    pub primary: Mutex<Map<u32, (u32, u64)>>,
+    /// Primary-context retain count, charge and handle per device.
+    pub primary: Mutex<Map<u32, Primary>>,
 }
 
 impl Charges {
@@ -475,7 +490,7 @@ impl Charges {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, (u32, u64)>> {
+    pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, Primary>> {
         self.primary.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

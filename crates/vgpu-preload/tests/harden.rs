@@ -534,3 +534,45 @@ fn charges_land_on_the_physical_device_by_uuid_with_env_limits() {
     assert_eq!((r.device_used(0), r.device_used(1)), (GIB, 768 * MIB));
     a.quit();
 }
+
+#[test]
+fn a_context_teardown_releases_what_the_driver_freed_with_it() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    let base = s.state().unwrap().used_bytes(0);
+    let r = vgpu_region::Region::open(&cache).unwrap();
+    // Allocations in the primary context, and one in a created context.
+    assert_eq!(c.rc(&format!("alloc {}", 256 * MIB)), OK);
+    assert_eq!(c.rc("v1array direct 4096 4096"), OK);
+    assert_eq!(c.rc("v1ctx direct"), OK);
+    assert_eq!(c.rc(&format!("ctxalloc {}", 128 * MIB)), OK);
+    assert_eq!(r.device_used(0), (256 + 64 + 128) * MIB);
+    // The primary context's reset frees its allocations and arrays: their
+    // charges go; the created context's stays.
+    assert_eq!(c.rc("reset 0"), OK);
+    assert_eq!(s.state().unwrap().used_bytes(0) - base, 128 * MIB);
+    assert_eq!(
+        r.device_used(0),
+        128 * MIB,
+        "what the reset freed is released"
+    );
+    // Destroying the created context frees (and releases) the rest.
+    assert_eq!(c.rc("ctxfree"), OK);
+    assert_eq!(r.device_used(0), 0);
+    assert_eq!(s.state().unwrap().used_bytes(0), base);
+    // The whole budget is there again.
+    assert_eq!(c.rc("ctx 0"), OK);
+    assert_eq!(c.rc(&format!("alloc {GIB}")), OK);
+    c.quit();
+}

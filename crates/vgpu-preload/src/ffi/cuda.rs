@@ -336,7 +336,7 @@ TABLE;
         crate::identity::before_context(dev);
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(pctx, dev) };
-        limited(call, |m, call| m.primary_retain(dev, call))
+        limited(call, |m, call| m.primary_retain(dev, || out(pctx).map(|c| c.0 as usize), call))
     }
 
     [base: "cuDevicePrimaryCtxRelease", since: 7000, ptds: false, family: "context", policy: "last release returns the context estimate"]

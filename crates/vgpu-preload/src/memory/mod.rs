@@ -91,6 +91,52 @@ impl Mem<'_> {
         self.charges.tables()
     }
 
+    /// The context a new object on `dev` lives in, as [`Charge::ctx`]: 0
+    /// (the primary context) unless this process created contexts on
+    /// `dev`, when the driver is asked (so the common path costs nothing).
+    fn ctx_tag(&self, dev: u32) -> usize {
+        let created = self.tables().ctxs.values().any(|c| c.dev == dev);
+        if !created {
+            return 0;
+        }
+        let cur = self.drv.ctx_current().map_or(0, |c| c.0 as usize);
+        let primary = self.charges.primary().get(&dev).map_or(0, |p| p.handle);
+        if cur == primary {
+            0
+        } else {
+            cur
+        }
+    }
+
+    /// After the driver tore a context down (destroyed, last primary
+    /// release, reset): releases the allocations and arrays it freed with
+    /// it (`dev` and context key `ctx` as in [`Charge`]; `dev` `None`: any).
+    pub(crate) fn sweep_context(&self, dev: Option<u32>, ctx: usize) {
+        let hit = |c: &Charge| c.ctx == ctx && dev.is_none_or(|d| d == c.dev) && c.kind == DATA;
+        let gone: Vec<Charge> = {
+            let mut t = self.tables();
+            let mut gone = Vec::new();
+            t.allocs.retain(|_, c| {
+                let h = hit(c);
+                if h {
+                    gone.push(*c);
+                }
+                !h
+            });
+            t.arrays.retain(|_, c| {
+                let h = hit(c);
+                if h {
+                    gone.push(*c);
+                }
+                !h
+            });
+            gone
+        };
+        for c in gone {
+            self.ledger.release(c.dev, c.kind, c.bytes);
+        }
+    }
+
     /// Logs a refusal: the first one of the process at warning level (so the
     /// operator sees why the application got CUDA_ERROR_OUT_OF_MEMORY), the
     /// rest at info.
@@ -158,7 +204,16 @@ impl Mem<'_> {
                 if r.is_success() {
                     match out() {
                         Some(k) => {
-                            table(&mut self.tables()).insert(k, Charge { dev, kind, bytes });
+                            let ctx = self.ctx_tag(dev);
+                            table(&mut self.tables()).insert(
+                                k,
+                                Charge {
+                                    dev,
+                                    kind,
+                                    bytes,
+                                    ctx,
+                                },
+                            );
                         }
                         None => self.ledger.release(dev, kind, bytes),
                     }
@@ -231,12 +286,14 @@ impl Mem<'_> {
                 if actual < first {
                     l.release(dev, DATA, first - actual);
                 }
+                let ctx = self.ctx_tag(dev);
                 self.tables().allocs.insert(
                     ptr,
                     Charge {
                         dev,
                         kind: DATA,
                         bytes: actual,
+                        ctx,
                     },
                 );
                 r

@@ -191,26 +191,37 @@ impl Mem<'_> {
         )
     }
 
-    /// `cuCtxDestroy_v2`.
+    /// `cuCtxDestroy_v2`: the context's estimate, and what the driver freed
+    /// with it.
     pub fn ctx_destroy(&self, ctx: usize, call: impl FnOnce() -> CUresult) -> CUresult {
-        self.release_object(ctx, |t| &mut t.ctxs, call)
+        let r = self.release_object(ctx, |t| &mut t.ctxs, call);
+        if r.is_success() && ctx != 0 {
+            self.sweep_context(None, ctx);
+        }
+        r
     }
 
     /// `cuDevicePrimaryCtxRetain`: charged at the first retain of each
-    /// device.
-    pub fn primary_retain(&self, dev: i32, call: impl FnOnce() -> CUresult) -> CUresult {
+    /// device; `out` reads the context handle the driver returned.
+    pub fn primary_retain(
+        &self,
+        dev: i32,
+        out: impl Fn() -> Option<usize>,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
         let l = self.ledger;
         let dev = dev.max(0) as u32;
         let mut prim = self.charges.primary();
-        let e = prim.entry(dev).or_insert((0, 0));
-        if e.0 == 0 {
+        let e = prim.entry(dev).or_default();
+        let r = if e.refs == 0 {
             let est = self.context_memory;
             if l.reserve(dev, CONTEXT, est).is_err() {
                 return self.refuse(dev, "primary context", est);
             }
             let r = call();
             if r.is_success() {
-                *e = (1, est);
+                e.refs = 1;
+                e.charge = est;
             } else {
                 l.release(dev, CONTEXT, est);
             }
@@ -218,15 +229,22 @@ impl Mem<'_> {
         } else {
             let r = call();
             if r.is_success() {
-                e.0 += 1;
+                e.refs += 1;
             }
             r
+        };
+        if r.is_success() {
+            if let Some(h) = out() {
+                e.handle = h;
+            }
         }
+        r
     }
 
     /// `cuDevicePrimaryCtxRelease(_v2)`: the last release returns the
     /// charge. `reset`: `cuDevicePrimaryCtxReset(_v2)` drops the context
-    /// outright.
+    /// outright. Either way, once the primary context is gone, so are the
+    /// allocations and arrays in it: their charges go too.
     pub fn primary_release(
         &self,
         dev: i32,
@@ -236,18 +254,23 @@ impl Mem<'_> {
         let dev = dev.max(0) as u32;
         let mut prim = self.charges.primary();
         let r = call();
-        if r.is_success() {
-            if let Some(e) = prim.get_mut(&dev) {
-                if reset {
-                    e.0 = 0;
-                } else {
-                    e.0 = e.0.saturating_sub(1);
-                }
-                if e.0 == 0 && e.1 != 0 {
-                    self.ledger.release(dev, CONTEXT, e.1);
-                    e.1 = 0;
+        if !r.is_success() {
+            return r;
+        }
+        let mut gone = reset;
+        if let Some(e) = prim.get_mut(&dev) {
+            e.refs = if reset { 0 } else { e.refs.saturating_sub(1) };
+            if e.refs == 0 {
+                gone = true;
+                if e.charge != 0 {
+                    self.ledger.release(dev, CONTEXT, e.charge);
+                    e.charge = 0;
                 }
             }
+        }
+        drop(prim);
+        if gone {
+            self.sweep_context(Some(dev), 0);
         }
         r
     }

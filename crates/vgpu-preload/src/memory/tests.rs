@@ -322,7 +322,13 @@ fn own_pools_host_pools_and_destroy_with_allocations_out() {
 fn primary_contexts_are_charged_once_and_refcounted() {
     let f = fixture(&[64 * MIB]);
     let m = f.mem();
-    let retain = || m.primary_retain(0, || f.drv.primary_retain(0).err().unwrap_or(SUCCESS));
+    let retain = || {
+        m.primary_retain(
+            0,
+            || None,
+            || f.drv.primary_retain(0).err().unwrap_or(SUCCESS),
+        )
+    };
     let release = || m.primary_release(0, false, || f.drv.primary_release(0));
     assert!(retain().is_success());
     assert!(retain().is_success());
@@ -346,9 +352,11 @@ fn primary_contexts_are_charged_once_and_refcounted() {
     // No room for the estimate: refused without asking the driver.
     let g = fixture(&[4 * MIB]);
     let calls = g.drv.count("cuDevicePrimaryCtxRetain");
-    let r = g
-        .mem()
-        .primary_retain(0, || g.drv.primary_retain(0).err().unwrap_or(SUCCESS));
+    let r = g.mem().primary_retain(
+        0,
+        || None,
+        || g.drv.primary_retain(0).err().unwrap_or(SUCCESS),
+    );
     assert_eq!(r, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     assert_eq!(g.drv.count("cuDevicePrimaryCtxRetain"), calls);
 }

@@ -22,6 +22,7 @@
  *   v1total ROUTE          cuDeviceTotalMem (v1) of ordinal 0
  *   arrfree                cuArrayDestroy of the last array
  *   ctxfree                cuCtxDestroy_v2 of the last v1 context
+ *   ctxalloc SIZE          cuMemAlloc_v2 inside the last v1 context
  *   vmm SIZE               cuMemCreate + cuMemAddressReserve + cuMemMap
  *   vmmrelease             cuMemRelease of the last VMM handle (mapping stays)
  *   vmmunmap               cuMemUnmap + cuMemAddressFree of the last mapping
@@ -219,6 +220,17 @@ int main(void) {
                 cuCtxSetCurrent(prev);
             }
             printf("v1ctx rc=%d\n", (int)r);
+        } else if (!strcmp(cmd, "ctxalloc")) {
+            sscanf(rest, "%llu", &a);
+            CUcontext prev = NULL;
+            CUdeviceptr p = 0;
+            CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+            cuCtxGetCurrent(&prev);
+            if (g_nctx && cuCtxSetCurrent(g_ctxs[g_nctx - 1]) == CUDA_SUCCESS) {
+                r = cuMemAlloc_v2(&p, (size_t)a);
+                cuCtxSetCurrent(prev);
+            }
+            printf("ctxalloc rc=%d\n", (int)r);
         } else if (!strcmp(cmd, "ctxfree")) {
             CUresult r = g_nctx ? cuCtxDestroy_v2(g_ctxs[--g_nctx]) : CUDA_ERROR_INVALID_VALUE;
             printf("ctxfree rc=%d\n", (int)r);
