@@ -161,6 +161,12 @@ pub fn attach(may_init: bool, drv: &dyn CudaDriver) -> Option<&'static Proc> {
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
+            // Another thread may have published between our first look and
+            // the exchange: one process, one slot, so look again.
+            if let Some(p) = attached() {
+                ATTACHING.store(0, Ordering::Release);
+                return Some(p);
+            }
             register_handlers();
             let gen = process::generation();
             let built = {

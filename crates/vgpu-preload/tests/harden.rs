@@ -576,3 +576,43 @@ fn a_context_teardown_releases_what_the_driver_freed_with_it() {
     assert_eq!(c.rc(&format!("alloc {GIB}")), OK);
     c.quit();
 }
+
+/// One process, one slot, always: 32 threads make their first CUDA call at
+/// once, in a fresh process each round (both when the region exists and
+/// when the race also creates it).
+#[test]
+fn thirty_two_threads_racing_the_first_call_claim_one_slot() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..300 {
+        let cache = dir.path().join(format!("r{}.cache", round % 2));
+        if round % 2 == 0 {
+            // Even rounds: the racing threads also create the region.
+            let _ = std::fs::remove_file(&cache);
+        }
+        let e = env(
+            &s,
+            Some(&cache),
+            &[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+                ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ],
+        );
+        let mut c = Client::start(&e);
+        assert_eq!(c.ask("race 32").len(), 0);
+        let pid = c.child.id();
+        let r = vgpu_region::Region::open(&cache).unwrap();
+        let mine = r.snapshot().slots.iter().filter(|sl| sl.pid == pid).count();
+        if mine != 1 {
+            let err = c.quit();
+            panic!("round {round}: {mine} slots\n{err}");
+        }
+        assert_eq!(c.rc("init"), OK);
+        assert_eq!(c.rc(&format!("alloc {GIB}")), OK, "round {round}");
+        assert_eq!(r.device_used(0), GIB, "round {round}: charged once");
+        assert_eq!(c.rc("free"), OK);
+        assert_eq!(r.device_used(0), 0, "round {round}");
+        c.quit();
+        assert_eq!(r.live_slots(), 0, "round {round}: released at exit");
+    }
+}
