@@ -4,7 +4,7 @@
 #ifndef VGPU_FRONT_HOOKS_H
 #define VGPU_FRONT_HOOKS_H
 
-#define HOOK_COUNT 61
+#define HOOK_COUNT 72
 
 #define HOOKS(X) \
     X(0, cuGetProcAddress, c) \
@@ -68,6 +68,17 @@
     X(58, nvmlDeviceGetIndex, n) \
     X(59, nvmlDeviceGetMemoryInfo, n) \
     X(60, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(61, nvmlDeviceGetComputeRunningProcesses_v3, n) \
+    X(62, nvmlDeviceGetComputeRunningProcesses_v2, n) \
+    X(63, nvmlDeviceGetComputeRunningProcesses, n) \
+    X(64, nvmlDeviceGetGraphicsRunningProcesses_v3, n) \
+    X(65, nvmlDeviceGetGraphicsRunningProcesses_v2, n) \
+    X(66, nvmlDeviceGetGraphicsRunningProcesses, n) \
+    X(67, nvmlDeviceGetMPSComputeRunningProcesses_v3, n) \
+    X(68, nvmlDeviceGetMPSComputeRunningProcesses_v2, n) \
+    X(69, nvmlDeviceGetMPSComputeRunningProcesses, n) \
+    X(70, nvmlDeviceGetProcessUtilization, n) \
+    X(71, nvmlDeviceGetUtilizationRates, n) \
 
 #define HOOK_NAME(i, name, lib) #name "\0"
 #define HOOK_LIB(i, name, lib) #lib

@@ -519,6 +519,10 @@ impl View {
         self.region.device_count()
     }
 
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
     pub fn device_index(&self, uuid: &str) -> Option<u32> {
         if uuid.is_empty() {
             return None;

@@ -48,6 +48,21 @@ impl Client {
             .collect()
     }
 
+    /// Sends `cmd` without waiting for its answer (read it with `recv`).
+    fn send(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").unwrap();
+    }
+
+    /// The next answer line's fields.
+    fn recv(&mut self) -> std::collections::BTreeMap<String, String> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.split_whitespace()
+            .filter_map(|t| t.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     /// The CUresult of `cmd`.
     fn rc(&mut self, cmd: &str) -> u64 {
         num(&self.ask(cmd), "rc")
@@ -615,4 +630,58 @@ fn thirty_two_threads_racing_the_first_call_claim_one_slot() {
         c.quit();
         assert_eq!(r.live_slots(), 0, "round {round}: released at exit");
     }
+}
+
+#[test]
+fn nvml_shows_the_containers_processes_and_activity_not_the_neighbours() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    // Two containers on one GPU, each with its own region.
+    let (ra, rb) = (dir.path().join("a.cache"), dir.path().join("b.cache"));
+    let e = |cache: &Path| {
+        env(
+            &s,
+            Some(cache),
+            &[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+                ("LIBVGPU_CONTEXT_MEMORY", "256m"),
+            ],
+        )
+    };
+    // The neighbour: 3 GiB and busy.
+    let mut a = Client::start(&e(&ra));
+    assert_eq!(a.rc("init"), OK);
+    assert_eq!(a.rc(&format!("alloc {}", 3 * GIB)), OK);
+    // Ours: 768 MiB plus its context.
+    let mut b = Client::start(&e(&rb));
+    assert_eq!(b.rc("init"), OK);
+    assert_eq!(b.rc(&format!("alloc {}", 768 * MIB)), OK);
+    a.send("burn 1500");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let f = b.ask("nvmlprocs");
+    let burned = a.recv();
+    assert_eq!(num(&burned, "rc"), OK, "{burned:?}");
+    assert!(num(&burned, "launches") > 50, "{burned:?}");
+    assert_eq!(num(&f, "rc"), OK, "{f:?}");
+    assert_eq!(num(&f, "count"), 1, "only our process: {f:?}");
+    assert_eq!(num(&f, "pid0"), u64::from(b.child.id()), "{f:?}");
+    // The list agrees with the memory info (context charge included).
+    assert_eq!(num(&f, "mem0"), GIB, "{f:?}");
+    assert_eq!(num(&f, "sum"), num(&f, "used"), "{f:?}");
+    // The neighbour's activity is not ours.
+    assert_eq!(num(&f, "util_rc"), OK, "{f:?}");
+    assert_eq!(num(&f, "gpu"), 0, "an idle container: {f:?}");
+    // The busy container sees its own processes and activity.
+    a.send("burn 1500");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let mut a2 = Client::start(&e(&ra));
+    let g = a2.ask("nvmlprocs");
+    assert_eq!(num(&a.recv(), "rc"), OK);
+    assert_eq!(num(&g, "count"), 1, "{g:?}");
+    assert_eq!(num(&g, "pid0"), u64::from(a.child.id()), "{g:?}");
+    assert_eq!(num(&g, "mem0"), 3 * GIB + 256 * MIB, "{g:?}");
+    assert!(num(&g, "gpu") > 0, "{g:?}");
+    a2.quit();
+    b.quit();
+    a.quit();
 }

@@ -11,6 +11,7 @@ use crate::driver::CudaDriver;
 use crate::memory::{self, Mem};
 
 pub mod nvml;
+pub mod procs;
 pub mod visible;
 
 /// The virtual (free, total) for a device: total = min(limit, physical),

@@ -17,6 +17,7 @@ use crate::config;
 use crate::driver::NvmlDriver;
 use crate::ledger::View;
 use crate::limits_source;
+use crate::views::procs::{members, Member};
 
 /// Physical NVML devices in CUDA ordinal order: (NVML index, handle).
 pub type DeviceMap = [(u32, usize)];
@@ -182,6 +183,30 @@ pub fn budget(ord: u32, uuid: &str) -> (Option<u64>, u64) {
     if let Some(p) = attach::attached() {
         return (p.mem_limit(ord), p.used(ord));
     }
+    let cfg = config::process_config();
+    let v = nvml_only_view();
+    let limits = limits_source::snapshot().unwrap_or_else(|| limits_source::SOURCE.load(cfg));
+    match v {
+        // The region's device of this UUID (the region's order may not be
+        // this process's); a region without UUIDs: by index.
+        Some(view) => match view.device_index(uuid).or_else(|| {
+            (ord < view.device_count() && view.device_uuid(ord).is_empty()).then_some(ord)
+        }) {
+            Some(d) => (
+                limits
+                    .device(Some(ord), uuid, Some(view.display_limit(d)))
+                    .memory,
+                view.used(d),
+            ),
+            None => (None, 0),
+        },
+        None => (limits.device(Some(ord), uuid, None).memory, 0),
+    }
+}
+
+/// The read-only look at the region of a process that only asks NVML
+/// (opened once, published by compare-exchange), `None` without one.
+fn nvml_only_view() -> Option<&'static View> {
     static VIEW: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
     let cfg = config::process_config();
     let mut v = VIEW.load(Ordering::Acquire);
@@ -208,23 +233,26 @@ pub fn budget(ord: u32, uuid: &str) -> (Option<u64>, u64) {
             Err(e) => crate::debug!("NVML view without the region: {}", crate::log::chain(&e)),
         }
     }
-    let limits = limits_source::snapshot().unwrap_or_else(|| limits_source::SOURCE.load(cfg));
     // SAFETY: VIEW only holds null or a leaked, never-freed Box<View>.
-    match unsafe { v.as_ref() } {
-        // The region's device of this UUID (the region's order may not be
-        // this process's); a region without UUIDs: by index.
-        Some(view) => match view.device_index(uuid).or_else(|| {
-            (ord < view.device_count() && view.device_uuid(ord).is_empty()).then_some(ord)
-        }) {
-            Some(d) => (
-                limits
-                    .device(Some(ord), uuid, Some(view.display_limit(d)))
-                    .memory,
-                view.used(d),
-            ),
-            None => (None, 0),
-        },
-        None => (limits.device(Some(ord), uuid, None).memory, 0),
+    unsafe { v.as_ref() }
+}
+
+impl NvmlView<'_> {
+    /// The container's processes on NVML device `dev` (by its UUID in the
+    /// region this process uses: shared, private or read-only), and whether
+    /// the memory view there is the budget's; `None` when no region
+    /// applies (NVML's own lists stand).
+    pub fn container(&self, dev: nvmlDevice_t) -> Option<(Vec<Member>, bool)> {
+        let uuid = self.nvml.device_uuid(dev).ok()?;
+        let region = match attach::attached() {
+            Some(p) => p.ledger.as_ref()?.region(),
+            None => nvml_only_view()?.region(),
+        };
+        let d = region.device_index(&uuid)?;
+        let charged = self
+            .ordinal_of(dev)
+            .is_some_and(|o| budget(o, &uuid).0.is_some());
+        Some((members(region, d), charged))
     }
 }
 

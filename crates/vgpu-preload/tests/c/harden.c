@@ -29,6 +29,7 @@
  *   reset ORD              cuDevicePrimaryCtxReset_v2 (frees everything on it)
  *   race N                 N threads make their first CUDA call at once
  *   nvmlprocs              NVML process list and utilization of index 0
+ *   burn MS                launch 2 ms kernels on the current context for MS ms
  *   quit
  */
 #define _GNU_SOURCE
@@ -40,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The v1 ABI under names of our own, bound to the exact exported symbols
@@ -297,6 +299,28 @@ int main(void) {
                 pthread_join(t[i], NULL);
             pthread_barrier_destroy(&g_bar);
             printf("race done\n");
+        } else if (!strcmp(cmd, "burn")) {
+            sscanf(rest, "%llu", &a);
+            CUmodule mod = NULL;
+            CUfunction fn = NULL;
+            const char *image = "vgpu-sim-module v1\nkernel busy block_us=2000\n";
+            CUresult r = cuModuleLoadData(&mod, image);
+            if (r == CUDA_SUCCESS)
+                r = cuModuleGetFunction(&fn, mod, "busy");
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            unsigned long long n = 0;
+            for (;;) {
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                if (r != CUDA_SUCCESS ||
+                    (unsigned long long)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000) >= a)
+                    break;
+                r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                if (r == CUDA_SUCCESS && ++n % 4 == 0)
+                    r = cuCtxSynchronize();
+            }
+            cuCtxSynchronize();
+            printf("burn rc=%d launches=%llu\n", (int)r, n);
         } else if (!strcmp(cmd, "nvmlprocs")) {
             nvmlDevice_t h;
             nvmlReturn_t r = nvmlInit_v2();
