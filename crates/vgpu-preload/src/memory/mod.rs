@@ -111,8 +111,9 @@ impl Mem<'_> {
     /// After the driver tore a context down (destroyed, last primary
     /// release, reset): releases the allocations and arrays it freed with
     /// it (`dev` and context key `ctx` as in [`Charge`]; `dev` `None`: any).
-    pub(crate) fn sweep_context(&self, dev: Option<u32>, ctx: usize) {
-        let hit = |c: &Charge| c.ctx == ctx && dev.is_none_or(|d| d == c.dev) && c.kind == DATA;
+    pub(crate) fn sweep_context(&self, dev: Option<u32>, ctx: &[usize]) {
+        let hit =
+            |c: &Charge| ctx.contains(&c.ctx) && dev.is_none_or(|d| d == c.dev) && c.kind == DATA;
         let gone: Vec<Charge> = {
             let mut t = self.tables();
             let mut gone = Vec::new();

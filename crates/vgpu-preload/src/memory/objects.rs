@@ -196,7 +196,7 @@ impl Mem<'_> {
     pub fn ctx_destroy(&self, ctx: usize, call: impl FnOnce() -> CUresult) -> CUresult {
         let r = self.release_object(ctx, |t| &mut t.ctxs, call);
         if r.is_success() && ctx != 0 {
-            self.sweep_context(None, ctx);
+            self.sweep_context(None, &[ctx]);
         }
         r
     }
@@ -258,7 +258,9 @@ impl Mem<'_> {
             return r;
         }
         let mut gone = reset;
+        let mut handle = 0;
         if let Some(e) = prim.get_mut(&dev) {
+            handle = e.handle;
             e.refs = if reset { 0 } else { e.refs.saturating_sub(1) };
             if e.refs == 0 {
                 gone = true;
@@ -270,7 +272,9 @@ impl Mem<'_> {
         }
         drop(prim);
         if gone {
-            self.sweep_context(Some(dev), 0);
+            // Charged as "the primary" (0), or under its handle when it
+            // was asked for before we knew the handle was the primary's.
+            self.sweep_context(Some(dev), &[0, handle]);
         }
         r
     }
