@@ -685,3 +685,74 @@ fn nvml_shows_the_containers_processes_and_activity_not_the_neighbours() {
     b.quit();
     a.quit();
 }
+
+/// The property on the simulated driver, with real processes: random
+/// sequences across the families and both ABIs (every v1 route), and after
+/// every call the ledger equals what the driver holds for the process.
+#[test]
+fn the_ledger_equals_what_the_simulated_driver_holds() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 1..=4u64 {
+        let cache = dir.path().join(format!("r{seed}.cache"));
+        let e = env(
+            &s,
+            Some(&cache),
+            &[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+                ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ],
+        );
+        let mut c = Client::start(&e);
+        assert_eq!(c.rc("init"), OK);
+        let r = vgpu_region::Region::open(&cache).unwrap();
+        let base = s.state().unwrap().used_bytes(0);
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let routes = ["direct", "dlsym", "proc"];
+        for step in 0..80 {
+            let route = routes[next(3) as usize];
+            let mib = (1 + next(96)) * MIB;
+            let cmd = match next(12) {
+                0 | 1 => format!("alloc {mib}"),
+                2 => "free".to_string(),
+                3 | 4 => format!("v1alloc {route} {mib}"),
+                5 => format!("v1free {route}"),
+                6 => format!("v1pitch {route} {} {}", 1000 + next(4000), 1 + next(8000)),
+                7 => format!("v1array {route} {} {}", 1 + next(4096), 1 + next(4096)),
+                8 => format!(
+                    "v1array3d {route} {} {} {}",
+                    1 + next(512),
+                    1 + next(512),
+                    1 + next(16)
+                ),
+                9 => "arrfree".to_string(),
+                10 => format!("vmm {}", (1 + next(48)) * 2 * MIB),
+                _ => if next(2) == 0 {
+                    "vmmrelease"
+                } else {
+                    "vmmunmap"
+                }
+                .to_string(),
+            };
+            c.ask(&cmd);
+            let held = s.state().unwrap().used_bytes(0) - base;
+            assert_eq!(
+                r.device_used(0),
+                held,
+                "seed {seed} step {step}: {cmd}: the ledger and the driver disagree"
+            );
+            assert!(
+                r.device_used(0) <= GIB,
+                "seed {seed} step {step}: over the budget"
+            );
+        }
+        c.quit();
+        assert_eq!(r.device_used(0), 0, "seed {seed}: released at exit");
+    }
+}
