@@ -251,7 +251,7 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
             if !may_init {
                 return None;
             }
-            match devices_for_create(&cfg, limits, drv) {
+            match devices_for_create(limits, drv) {
                 Some(devs) => {
                     ndev = devs.len() as u32;
                     match Ledger::create(&cfg.cache, 1024, devs) {
@@ -285,7 +285,7 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
             if !may_init {
                 return None;
             }
-            ledger = private_ledger(&cfg, limits, drv, &e);
+            ledger = private_ledger(limits, drv, &e);
             if let Some(l) = &ledger {
                 ndev = l.device_count();
             }
@@ -326,14 +326,9 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
 /// The fail-closed ledger: the shared region cannot be used (`e`) but a
 /// limit is configured, so this process keeps it alone, and says so once,
 /// loudly. Its views show that same ledger.
-fn private_ledger(
-    cfg: &Config,
-    limits: &Snapshot,
-    drv: &dyn CudaDriver,
-    e: &LedgerError,
-) -> Option<Ledger> {
+fn private_ledger(limits: &Snapshot, drv: &dyn CudaDriver, e: &LedgerError) -> Option<Ledger> {
     let cause = e.unusable();
-    let Some(devs) = devices_for_create(cfg, limits, drv) else {
+    let Some(devs) = devices_for_create(limits, drv) else {
         crate::error!(
             "{}; and the CUDA devices cannot be listed for a private ledger: memory limits are NOT enforced",
             crate::log::chain(e)
@@ -368,11 +363,7 @@ pub fn private_cause() -> Option<Unusable> {
 /// Calls the real `cuInit(0)` and lists the visible devices with the
 /// limits in force, for creating a region (its display copy) or a
 /// private ledger.
-fn devices_for_create(
-    _cfg: &Config,
-    limits: &Snapshot,
-    drv: &dyn CudaDriver,
-) -> Option<Vec<NewDevice>> {
+fn devices_for_create(limits: &Snapshot, drv: &dyn CudaDriver) -> Option<Vec<NewDevice>> {
     let r = drv.init(0);
     if !r.is_success() {
         crate::warn!("real cuInit failed ({r:?}) while creating the region");

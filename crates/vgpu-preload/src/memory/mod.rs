@@ -91,21 +91,36 @@ impl Mem<'_> {
         self.charges.tables()
     }
 
-    /// The context a new object on `dev` lives in, as [`Charge::ctx`]: 0
-    /// (the primary context) unless this process created contexts on
-    /// `dev`, when the driver is asked (so the common path costs nothing).
-    fn ctx_tag(&self, dev: u32) -> usize {
-        let created = self.tables().ctxs.values().any(|c| c.dev == dev);
-        if !created {
-            return 0;
+    /// Records a charge under `k` with the context it lives in (see
+    /// [`Charge::ctx`]): 0, the primary context, unless this process
+    /// created contexts on `dev`, when the driver is asked (outside the
+    /// lock), so the common path takes the table lock once and asks
+    /// nothing.
+    fn record<K: std::hash::Hash + Eq>(
+        &self,
+        table: fn(&mut Tables) -> &mut Map<K, Charge>,
+        k: K,
+        dev: u32,
+        kind: Kind,
+        bytes: u64,
+    ) {
+        let charge = |ctx| Charge {
+            dev,
+            kind,
+            bytes,
+            ctx,
+        };
+        {
+            let mut t = self.tables();
+            if !t.ctxs.values().any(|c| c.dev == dev) {
+                table(&mut t).insert(k, charge(0));
+                return;
+            }
         }
         let cur = self.drv.ctx_current().map_or(0, |c| c.0 as usize);
         let primary = self.charges.primary().get(&dev).map_or(0, |p| p.handle);
-        if cur == primary {
-            0
-        } else {
-            cur
-        }
+        let ctx = if cur == primary { 0 } else { cur };
+        table(&mut self.tables()).insert(k, charge(ctx));
     }
 
     /// After the driver tore a context down (destroyed, last primary
@@ -204,18 +219,7 @@ impl Mem<'_> {
             Ok(r) => {
                 if r.is_success() {
                     match out() {
-                        Some(k) => {
-                            let ctx = self.ctx_tag(dev);
-                            table(&mut self.tables()).insert(
-                                k,
-                                Charge {
-                                    dev,
-                                    kind,
-                                    bytes,
-                                    ctx,
-                                },
-                            );
-                        }
+                        Some(k) => self.record(table, k, dev, kind, bytes),
                         None => self.ledger.release(dev, kind, bytes),
                     }
                 }
@@ -287,16 +291,7 @@ impl Mem<'_> {
                 if actual < first {
                     l.release(dev, DATA, first - actual);
                 }
-                let ctx = self.ctx_tag(dev);
-                self.tables().allocs.insert(
-                    ptr,
-                    Charge {
-                        dev,
-                        kind: DATA,
-                        bytes: actual,
-                        ctx,
-                    },
-                );
+                self.record(|t| &mut t.allocs, ptr, dev, DATA, actual);
                 r
             }
         }
