@@ -295,7 +295,9 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
         if ndev == 0 {
             ndev = l.device_count();
         }
-        apply_budgets(l, true);
+        // Disagreements with the region are said once, when the ordinals
+        // are bound by UUID (bind_devices, after the real cuInit).
+        apply_budgets(l, false);
         l.applied_generation
             .store(l.limits_generation(), Ordering::Release);
         crate::debug!("attached to region {} slot {:?}", l.path, l.slot());

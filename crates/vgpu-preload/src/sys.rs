@@ -148,6 +148,19 @@ pub fn at_fork_child(f: unsafe extern "C" fn()) -> bool {
     unsafe { libc::pthread_atfork(None, None, Some(f)) == 0 }
 }
 
+/// (start time in clock ticks since boot, PID-namespace inode) of process
+/// `pid` as this process's procfs shows it; `None` when it cannot be read
+/// (gone, another user's, another PID namespace's procfs).
+pub fn proc_identity(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let st = vgpu_region::ident::stat_of(pid).ok()?;
+    if st.pid != pid {
+        return None;
+    }
+    let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?.ino();
+    Some((st.start_ticks, ns))
+}
+
 pub fn getpid() -> c_int {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() }
