@@ -14,13 +14,17 @@ use vgpu_cuda_abi::{
 };
 use vgpu_region::{Region, SlotId};
 
+pub use crate::sys::ProcId;
+
 /// One of the container's processes on a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Member {
     /// Its host PID, the one NVML reports (0: not resolved yet).
     pub host_pid: u32,
-    /// Its start time (clock ticks since boot) and PID-namespace inode, as
-    /// its slot records them: the key when the host PID is not known.
+    /// Its PID in its own namespace, start time (clock ticks since boot)
+    /// and PID-namespace inode, as its slot records them: the key when the
+    /// host PID is not known.
+    pub pid: u32,
     pub start_ticks: u64,
     pub pid_ns: u64,
     /// What the ledger charges it on this device (context included).
@@ -36,6 +40,7 @@ pub fn members(region: &Region, dev: u32) -> Vec<Member> {
         .filter(|s| s.state == "live")
         .map(|s| Member {
             host_pid: s.host_pid,
+            pid: s.pid,
             start_ticks: s.start_time,
             pid_ns: s.pid_ns,
             bytes: region.slot(SlotId(s.index)).usage(dev).total,
@@ -44,29 +49,30 @@ pub fn members(region: &Region, dev: u32) -> Vec<Member> {
 }
 
 /// Which member NVML's PID `pid` is: by host PID, else (a slot whose host
-/// PID is not resolved: no SM limit, so identity never ran) by the start
-/// time and PID namespace of the process `pid` names in our procfs
-/// (`probe`: `sys::proc_identity`), which only the same process has.
-pub fn member_of<'a>(
-    pid: u32,
-    mine: &'a [Member],
-    probe: &dyn Fn(u32) -> Option<(u64, u64)>,
-) -> Option<&'a Member> {
+/// PID is not resolved: no SM limit, so identity never ran) by the PID in
+/// its own namespace, the namespace and the start time of the process
+/// `pid` names in our procfs (`probe`: `sys::proc_identity`), which
+/// together only the same process has.
+pub fn member_of<'a>(pid: u32, mine: &'a [Member], probe: &Probe) -> Option<&'a Member> {
     if let Some(m) = mine.iter().find(|m| m.host_pid != 0 && m.host_pid == pid) {
         return Some(m);
     }
     if !mine.iter().any(|m| m.host_pid == 0) {
         return None;
     }
-    let (start, ns) = probe(pid)?;
+    let id = probe(pid)?;
     mine.iter().find(|m| {
         m.host_pid == 0
+            && m.pid == id.inner_pid
             && m.start_ticks != 0
-            && m.start_ticks == start
+            && m.start_ticks == id.start_ticks
             && m.pid_ns != 0
-            && m.pid_ns == ns
+            && m.pid_ns == id.pid_ns
     })
 }
+
+/// Who a PID in our procfs is (`sys::proc_identity`; a fake in tests).
+pub type Probe = dyn Fn(u32) -> Option<ProcId>;
 
 /// A process-list entry of any ABI version.
 pub trait Entry: Copy + Default {
@@ -95,12 +101,7 @@ impl Entry for nvmlProcessInfo_v2_t {
 /// The driver's list `all` reduced to the container's processes; with
 /// `charged` (the memory view is the budget's) each shows what the ledger
 /// charges it, so the list agrees with the memory info.
-pub fn filter<T: Entry>(
-    all: &[T],
-    mine: &[Member],
-    charged: bool,
-    probe: &dyn Fn(u32) -> Option<(u64, u64)>,
-) -> Vec<T> {
+pub fn filter<T: Entry>(all: &[T], mine: &[Member], charged: bool, probe: &Probe) -> Vec<T> {
     all.iter()
         .filter_map(|e| {
             let m = member_of(e.pid(), mine, probe)?;
@@ -117,7 +118,7 @@ pub fn filter<T: Entry>(
 pub fn filter_samples(
     all: &[nvmlProcessUtilizationSample_t],
     mine: &[Member],
-    probe: &dyn Fn(u32) -> Option<(u64, u64)>,
+    probe: &Probe,
 ) -> Vec<nvmlProcessUtilizationSample_t> {
     all.iter()
         .filter(|s| member_of(s.pid, mine, probe).is_some())
@@ -130,7 +131,7 @@ pub fn filter_samples(
 pub fn utilization(
     samples: &[nvmlProcessUtilizationSample_t],
     mine: &[Member],
-    probe: &dyn Fn(u32) -> Option<(u64, u64)>,
+    probe: &Probe,
 ) -> nvmlUtilization_t {
     let mut latest: Vec<nvmlProcessUtilizationSample_t> = Vec::new();
     for s in filter_samples(samples, mine, probe) {
@@ -180,20 +181,30 @@ mod tests {
     const MINE: [Member; 2] = [
         Member {
             host_pid: 10,
+            pid: 10,
             start_ticks: 1,
             pid_ns: 1,
             bytes: 1024,
         },
         Member {
             host_pid: 11,
+            pid: 11,
             start_ticks: 2,
             pid_ns: 1,
             bytes: 0,
         },
     ];
 
-    fn none(_: u32) -> Option<(u64, u64)> {
+    fn none(_: u32) -> Option<ProcId> {
         None
+    }
+
+    fn id(start_ticks: u64, pid_ns: u64, inner_pid: u32) -> Option<ProcId> {
+        Some(ProcId {
+            start_ticks,
+            pid_ns,
+            inner_pid,
+        })
     }
 
     #[test]
@@ -218,24 +229,27 @@ mod tests {
     fn an_unresolved_host_pid_matches_by_start_time_and_namespace() {
         let unresolved = [Member {
             host_pid: 0,
+            pid: 1,
             start_ticks: 500,
             pid_ns: 4026531836,
             bytes: 64,
         }];
         let probe = |pid: u32| match pid {
-            // The same process, seen through our procfs.
-            20 => Some((500, 4026531836)),
-            // Same start time, another namespace; another start time.
-            21 => Some((500, 4026532000)),
-            22 => Some((501, 4026531836)),
+            // The same process, seen through our procfs (pid 1 inside).
+            20 => id(500, 4026531836, 1),
+            // Started in the same tick, another PID in the namespace.
+            24 => id(500, 4026531836, 2),
+            // Another namespace; another start time.
+            21 => id(500, 4026532000, 1),
+            22 => id(501, 4026531836, 1),
             _ => None,
         };
-        let all = [p(20, 1), p(21, 1), p(22, 1), p(23, 1)];
+        let all = [p(20, 1), p(21, 1), p(22, 1), p(23, 1), p(24, 1)];
         let got = filter(&all, &unresolved, true, &probe);
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].pid, got[0].usedGpuMemory), (20, 64));
         // Resolved members never need the probe.
-        let panics = |_: u32| -> Option<(u64, u64)> { panic!("probed") };
+        let panics = |_: u32| -> Option<ProcId> { panic!("probed") };
         assert_eq!(filter(&all, &MINE, true, &panics).len(), 0);
     }
 
