@@ -81,6 +81,12 @@ pub fn refresh_limits(l: &Ledger) {
         return;
     }
     limits_source::refresh_if_changed(gen);
+    if !limits_source::settled(gen) {
+        // Another thread is re-reading the file (or a newer generation came
+        // meanwhile): keep the budgets in force, look again next call, so a
+        // stale snapshot is never marked as this generation's.
+        return;
+    }
     apply_budgets(l, false);
     l.applied_generation.store(gen, Ordering::Release);
 }
