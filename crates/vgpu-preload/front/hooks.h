@@ -4,7 +4,7 @@
 #ifndef VGPU_FRONT_HOOKS_H
 #define VGPU_FRONT_HOOKS_H
 
-#define HOOK_COUNT 51
+#define HOOK_COUNT 72
 
 #define HOOKS(X) \
     X(0, cuGetProcAddress, c) \
@@ -29,35 +29,56 @@
     X(19, cuEventSynchronize, c) \
     X(20, cuMemCreate, c) \
     X(21, cuMemRelease, c) \
-    X(22, cuArrayCreate_v2, c) \
-    X(23, cuArray3DCreate_v2, c) \
-    X(24, cuArrayDestroy, c) \
-    X(25, cuMipmappedArrayCreate, c) \
-    X(26, cuMipmappedArrayDestroy, c) \
-    X(27, cuCtxCreate_v2, c) \
-    X(28, cuCtxCreate_v3, c) \
-    X(29, cuCtxCreate_v4, c) \
-    X(30, cuCtxDestroy_v2, c) \
-    X(31, cuDevicePrimaryCtxRetain, c) \
-    X(32, cuDevicePrimaryCtxRelease, c) \
-    X(33, cuDevicePrimaryCtxRelease_v2, c) \
-    X(34, cuDevicePrimaryCtxReset, c) \
-    X(35, cuDevicePrimaryCtxReset_v2, c) \
-    X(36, cuMemGetInfo_v2, c) \
-    X(37, cuDeviceTotalMem_v2, c) \
-    X(38, cuLaunchKernel, c) \
-    X(39, cuLaunchKernel_ptsz, c) \
-    X(40, cuLaunchKernelEx, c) \
-    X(41, cuLaunchKernelEx_ptsz, c) \
-    X(42, cuLaunchCooperativeKernel, c) \
-    X(43, cuLaunchCooperativeKernel_ptsz, c) \
-    X(44, nvmlDeviceGetCount_v2, n) \
-    X(45, nvmlDeviceGetCount, n) \
-    X(46, nvmlDeviceGetHandleByIndex_v2, n) \
-    X(47, nvmlDeviceGetHandleByIndex, n) \
-    X(48, nvmlDeviceGetIndex, n) \
-    X(49, nvmlDeviceGetMemoryInfo, n) \
-    X(50, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(22, cuMemMap, c) \
+    X(23, cuMemUnmap, c) \
+    X(24, cuArrayCreate_v2, c) \
+    X(25, cuArray3DCreate_v2, c) \
+    X(26, cuArrayDestroy, c) \
+    X(27, cuMipmappedArrayCreate, c) \
+    X(28, cuMipmappedArrayDestroy, c) \
+    X(29, cuCtxCreate_v2, c) \
+    X(30, cuCtxCreate_v3, c) \
+    X(31, cuCtxCreate_v4, c) \
+    X(32, cuCtxDestroy_v2, c) \
+    X(33, cuDevicePrimaryCtxRetain, c) \
+    X(34, cuDevicePrimaryCtxRelease, c) \
+    X(35, cuDevicePrimaryCtxRelease_v2, c) \
+    X(36, cuDevicePrimaryCtxReset, c) \
+    X(37, cuDevicePrimaryCtxReset_v2, c) \
+    X(38, cuMemGetInfo_v2, c) \
+    X(39, cuDeviceTotalMem_v2, c) \
+    X(40, cuMemAlloc, c) \
+    X(41, cuMemAllocPitch, c) \
+    X(42, cuMemFree, c) \
+    X(43, cuArrayCreate, c) \
+    X(44, cuArray3DCreate, c) \
+    X(45, cuCtxCreate, c) \
+    X(46, cuMemGetInfo, c) \
+    X(47, cuDeviceTotalMem, c) \
+    X(48, cuLaunchKernel, c) \
+    X(49, cuLaunchKernel_ptsz, c) \
+    X(50, cuLaunchKernelEx, c) \
+    X(51, cuLaunchKernelEx_ptsz, c) \
+    X(52, cuLaunchCooperativeKernel, c) \
+    X(53, cuLaunchCooperativeKernel_ptsz, c) \
+    X(54, nvmlDeviceGetCount_v2, n) \
+    X(55, nvmlDeviceGetCount, n) \
+    X(56, nvmlDeviceGetHandleByIndex_v2, n) \
+    X(57, nvmlDeviceGetHandleByIndex, n) \
+    X(58, nvmlDeviceGetIndex, n) \
+    X(59, nvmlDeviceGetMemoryInfo, n) \
+    X(60, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(61, nvmlDeviceGetComputeRunningProcesses_v3, n) \
+    X(62, nvmlDeviceGetComputeRunningProcesses_v2, n) \
+    X(63, nvmlDeviceGetComputeRunningProcesses, n) \
+    X(64, nvmlDeviceGetGraphicsRunningProcesses_v3, n) \
+    X(65, nvmlDeviceGetGraphicsRunningProcesses_v2, n) \
+    X(66, nvmlDeviceGetGraphicsRunningProcesses, n) \
+    X(67, nvmlDeviceGetMPSComputeRunningProcesses_v3, n) \
+    X(68, nvmlDeviceGetMPSComputeRunningProcesses_v2, n) \
+    X(69, nvmlDeviceGetMPSComputeRunningProcesses, n) \
+    X(70, nvmlDeviceGetProcessUtilization, n) \
+    X(71, nvmlDeviceGetUtilizationRates, n) \
 
 #define HOOK_NAME(i, name, lib) #name "\0"
 #define HOOK_LIB(i, name, lib) #lib

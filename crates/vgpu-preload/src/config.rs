@@ -54,6 +54,12 @@ pub struct Config {
     pub sm_dev: BTreeMap<u32, u32>,
     pub cache: PathBuf,
     pub cache_source: CacheSource,
+    /// `LIBVGPU_LIMITS_FILE`: the operator's limits file when nothing is at
+    /// [`Config::limits_default`] (docs/limits.md).
+    pub limits_file: Option<PathBuf>,
+    /// Where a container sees its limits file
+    /// (`vgpu_region::limits::DEFAULT_PATH`; a field so tests can move it).
+    pub limits_default: PathBuf,
     pub visible: Option<String>,
     pub context_memory: u64,
     pub priority: i32,
@@ -120,6 +126,8 @@ impl Config {
             sm_dev: BTreeMap::new(),
             cache: PathBuf::from(DEFAULT_CACHE),
             cache_source: CacheSource::Default,
+            limits_file: None,
+            limits_default: PathBuf::from(vgpu_region::limits::DEFAULT_PATH),
             visible: None,
             context_memory: DEFAULT_CONTEXT_MEMORY,
             priority: 0,
@@ -196,6 +204,7 @@ impl Config {
                     }
                 }
                 "CUDA_VISIBLE_DEVICES" => self.visible = Some(v.to_string()),
+                vgpu_region::limits::PATH_ENV => self.limits_file = path(v),
                 "LIBVGPU_CONTEXT_MEMORY" => match parse_mem_size(v) {
                     Ok(n) => self.context_memory = n,
                     Err(e) => self.bad(
