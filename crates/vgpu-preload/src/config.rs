@@ -61,6 +61,10 @@ pub struct Config {
     /// Host-PID identity (`LIBVGPU_IDENTITY*`, `LIBVGPU_HOSTPID_*`,
     /// `LIBVGPU_HOST_PROCFS`).
     pub identity: Identity,
+    // The SM limiter
+    /// `LIBVGPU_LIMITS_FILE`: the operator's limits file when the default
+    /// path (`/etc/vgpu/limits`) has none.
+    pub limits_file: Option<PathBuf>,
     /// One line per malformed variable, with the fallback taken.
     pub problems: Vec<String>,
 }
@@ -125,6 +129,7 @@ impl Config {
             priority: 0,
             util_policy: UtilPolicy::Default,
             identity: Identity::default(),
+            limits_file: None,
             problems: Vec::new(),
         };
         for (k, v) in vars {
@@ -223,6 +228,8 @@ impl Config {
                         .push(format!("{k}={v:?} is not lazy or eager; using lazy")),
                 },
                 ENV_IDENTITY_TIERS => self.identity_tiers(k, v),
+                // The SM limiter
+                vgpu_region::limits::PATH_ENV => self.limits_file = path(v),
                 vgpu_identity::resolve::ENV_BROKER => self.identity.broker = path(v),
                 vgpu_identity::resolve::ENV_PROCFS => self.identity.procfs = path(v),
                 vgpu_identity::resolve::ENV_LOCK => {

@@ -99,6 +99,11 @@ pub fn host_pid() -> Option<u32> {
     }
 }
 
+/// Whether the last resolution failed (every tier; retried with backoff).
+pub fn failed() -> bool {
+    STATE.load(Ordering::Acquire) == FAILED
+}
+
 /// Records a resolved host PID (tests and future callers that learn it
 /// another way).
 pub fn set_host_pid(pid: u32) {
