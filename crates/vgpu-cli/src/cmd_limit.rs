@@ -176,6 +176,60 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `vgpu suspend|resume <cache> [--limits FILE]`.
+#[derive(clap::Args)]
+pub struct SuspendArgs {
+    /// The region file.
+    pub cache: PathBuf,
+    /// The limits file (default: found from the region's path, see
+    /// docs/limits.md).
+    #[arg(long)]
+    pub limits: Option<PathBuf>,
+}
+
+/// Suspends (`on`) or resumes a container: the limits file's `suspended`
+/// field, then the region's generation bump, so every process's limiter
+/// sees it within a control period. A suspended process's new launches
+/// wait; its queries, synchronizes and memory calls answer.
+pub fn suspend(args: SuspendArgs, on: bool) -> anyhow::Result<ExitCode> {
+    let file = args
+        .limits
+        .clone()
+        .unwrap_or_else(|| limits::path_for_region(&args.cache));
+    let region = match Region::open(&args.cache) {
+        Ok(r) => Some(r),
+        Err(e) if e.unusable() == Unusable::Missing => None,
+        Err(e) => return Err(e).context("the region (give an existing region file)"),
+    };
+    let old = read_existing(&file)?;
+    let mut l = match (&old, &region) {
+        (Some(l), _) => l.clone(),
+        (None, Some(r)) => seed_from(r),
+        (None, None) => LimitsFile::default(),
+    };
+    l.suspended = on.then_some(true);
+    limits::write_limits_file_atomic(&file, &l)
+        .with_context(|| format!("writing the limits file {}", file.display()))?;
+    let what = if on { "suspended" } else { "resumed" };
+    match region {
+        Some(r) => {
+            r.write_display_copy(&l)
+                .context("updating the region's display copy")?;
+            println!(
+                "{}: {what} (limits file {}; every process sees it within one control period)",
+                args.cache.display(),
+                file.display()
+            );
+        }
+        None => println!(
+            "{}: {what} in the limits file {} (no region yet: its processes read it when they start)",
+            args.cache.display(),
+            file.display()
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,5 +470,27 @@ mod tests {
         );
         assert!(!p.exists(), "no region is made");
         assert!(run(args(&p, Some("3g"), None, Some(0))).is_err());
+    }
+
+    #[test]
+    fn suspend_and_resume_write_the_file_and_bump_the_generation() {
+        let dir = TempDir::new();
+        let (p, r) = region(dir.path());
+        let g0 = r.limits_generation();
+        let a = |p: &std::path::Path| SuspendArgs {
+            cache: p.to_owned(),
+            limits: None,
+        };
+        suspend(a(&p), true).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert!(f.is_suspended());
+        // The region's limits are kept in the seeded file.
+        assert_eq!(f.for_device("GPU-0").memory, Some(1 << 30));
+        assert!(r.limits_generation() > g0);
+        let g1 = r.limits_generation();
+        suspend(a(&p), false).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert!(!f.is_suspended());
+        assert!(r.limits_generation() > g1);
     }
 }
