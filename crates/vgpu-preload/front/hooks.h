@@ -4,7 +4,7 @@
 #ifndef VGPU_FRONT_HOOKS_H
 #define VGPU_FRONT_HOOKS_H
 
-#define HOOK_COUNT 51
+#define HOOK_COUNT 69
 
 #define HOOKS(X) \
     X(0, cuGetProcAddress, c) \
@@ -51,13 +51,31 @@
     X(41, cuLaunchKernelEx_ptsz, c) \
     X(42, cuLaunchCooperativeKernel, c) \
     X(43, cuLaunchCooperativeKernel_ptsz, c) \
-    X(44, nvmlDeviceGetCount_v2, n) \
-    X(45, nvmlDeviceGetCount, n) \
-    X(46, nvmlDeviceGetHandleByIndex_v2, n) \
-    X(47, nvmlDeviceGetHandleByIndex, n) \
-    X(48, nvmlDeviceGetIndex, n) \
-    X(49, nvmlDeviceGetMemoryInfo, n) \
-    X(50, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(44, cuLaunchCooperativeKernelMultiDevice, c) \
+    X(45, cuGraphLaunch, c) \
+    X(46, cuGraphLaunch_ptsz, c) \
+    X(47, cuStreamBeginCapture, c) \
+    X(48, cuStreamBeginCapture_ptsz, c) \
+    X(49, cuStreamBeginCapture_v2, c) \
+    X(50, cuStreamBeginCapture_v2_ptsz, c) \
+    X(51, cuStreamEndCapture, c) \
+    X(52, cuStreamEndCapture_ptsz, c) \
+    X(53, cuStreamQuery, c) \
+    X(54, cuStreamQuery_ptsz, c) \
+    X(55, cuEventQuery, c) \
+    X(56, cuMemcpyHtoD_v2, c) \
+    X(57, cuMemcpyHtoD_v2_ptds, c) \
+    X(58, cuMemcpyDtoH_v2, c) \
+    X(59, cuMemcpyDtoH_v2_ptds, c) \
+    X(60, cuMemcpyDtoD_v2, c) \
+    X(61, cuMemcpyDtoD_v2_ptds, c) \
+    X(62, nvmlDeviceGetCount_v2, n) \
+    X(63, nvmlDeviceGetCount, n) \
+    X(64, nvmlDeviceGetHandleByIndex_v2, n) \
+    X(65, nvmlDeviceGetHandleByIndex, n) \
+    X(66, nvmlDeviceGetIndex, n) \
+    X(67, nvmlDeviceGetMemoryInfo, n) \
+    X(68, nvmlDeviceGetMemoryInfo_v2, n) \
 
 #define HOOK_NAME(i, name, lib) #name "\0"
 #define HOOK_LIB(i, name, lib) #lib
