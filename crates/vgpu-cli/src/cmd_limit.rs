@@ -26,6 +26,11 @@ pub struct Args {
     /// Only this device (the region's index; default: every device).
     #[arg(long)]
     pub device: Option<u32>,
+    /// Priority hold in percent ("none" removes it): while a busy
+    /// high-priority container shares the device, a low-priority one
+    /// (`priority 1`) paces at min(its limit, the hold). Container-wide.
+    #[arg(long)]
+    pub hold: Option<String>,
     /// The limits file (default: found from the region's path, see
     /// docs/limits.md).
     #[arg(long)]
@@ -65,9 +70,17 @@ pub fn read_existing(path: &Path) -> anyhow::Result<Option<LimitsFile>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.memory.is_none() && args.sm.is_none() {
-        bail!("nothing to change: give --memory and/or --sm");
+    if args.memory.is_none() && args.sm.is_none() && args.hold.is_none() {
+        bail!("nothing to change: give --memory, --sm and/or --hold");
     }
+    let hold = match args.hold.as_deref() {
+        None => None,
+        Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
+        Some(s) => match s.trim().trim_end_matches('%').parse::<u32>() {
+            Ok(n) if n <= 100 => Some(Some(n)),
+            _ => bail!("--hold: {s:?} is not a percent 0..=100 or none"),
+        },
+    };
     let mem = match args.memory.as_deref() {
         None => None,
         Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
@@ -129,6 +142,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(s) = sm {
             line.sm = s;
         }
+    }
+    if let Some(h) = hold {
+        l.hold = h;
     }
     limits::write_limits_file_atomic(&file, &l)
         .with_context(|| format!("writing the limits file {}", file.display()))?;
@@ -282,6 +298,7 @@ mod tests {
             sm: sm.map(str::to_owned),
             device: dev,
             limits: None,
+            hold: None,
         }
     }
 
@@ -492,5 +509,24 @@ mod tests {
         let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
         assert!(!f.is_suspended());
         assert!(r.limits_generation() > g1);
+    }
+
+    #[test]
+    fn a_hold_is_written_and_removed() {
+        let dir = TempDir::new();
+        let (p, _r) = region(dir.path());
+        let mut a = args(&p, None, None, None);
+        a.hold = Some("10".into());
+        run(a).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert_eq!(f.hold, Some(10));
+        let mut a = args(&p, None, None, None);
+        a.hold = Some("none".into());
+        run(a).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert_eq!(f.hold, None);
+        let mut a = args(&p, None, None, None);
+        a.hold = Some("101".into());
+        assert!(run(a).is_err());
     }
 }

@@ -447,3 +447,28 @@ fn s(n: u64) -> u64 {
 }
 
 
+
+/// Priority: the node side's hold (`hold N` in a low-priority container's
+/// limits file, written while a busy high-priority container shares the
+/// device) holds the low-priority container down, and never a
+/// high-priority one.
+#[test]
+fn a_priority_hold_holds_a_low_priority_container_down() {
+    let _x = exclusive();
+    let high = container(Some("vgpu-limits 1\npriority 0\nhold 10\n"));
+    let low = container(Some("vgpu-limits 1\npriority 1\nhold 10\n"));
+    let args = ["direct", "kernel", "4000", "500", "async"];
+    let mut th = Tenant::spawn(&high.cache, &args, &high.env(&[]));
+    let mut tl = Tenant::spawn(&low.cache, &args, &low.env(&[]));
+    let wh = th.windows(Duration::from_secs(60));
+    let wl = tl.windows(Duration::from_secs(60));
+    let from = wh[0].1.max(wl[0].1) + s(1);
+    let to = wh[0].2.min(wl[0].2);
+    let (h, l) = (share(&[th.pid], from, to), share(&[tl.pid], from, to));
+    assert!(l <= 25.0, "low priority at {l:.1} % despite a 10 % hold");
+    assert!(h >= 60.0, "high priority only {h:.1} %");
+    assert_eq!(low.slot_of(tl.pid).limiter.state, "Held");
+    assert_eq!(high.slot_of(th.pid).limiter.state, "Unlimited");
+    th.finish();
+    tl.finish();
+}

@@ -89,6 +89,8 @@ pub fn settings(p: &Proc, r: &Reading, dev: u32, uuid: &str) -> Settings {
             .map_or(policy_of(p.cfg.util_policy), file_policy),
         priority: Priority(file.and_then(|f| f.priority).unwrap_or(p.cfg.priority)),
         suspended: file.is_some_and(Limits::is_suspended),
-        hold: None,
+        // The node side's priority hold (applies to a low-priority
+        // container only; `vgpu_limiter::target` ignores it otherwise).
+        hold: file.and_then(|f| f.hold),
     }
 }
