@@ -191,6 +191,56 @@ pub struct CUDA_ARRAY3D_DESCRIPTOR {
     pub Flags: c_uint,
 }
 
+/// The v1 (CUDA 2.x, 32-bit) ABI's device pointer (`cuda.h` under
+/// `__CUDA_API_VERSION_INTERNAL`).
+pub type CUdeviceptr_v1 = c_uint;
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1`: 32-bit extents.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct CUDA_ARRAY_DESCRIPTOR_v1 {
+    pub Width: c_uint,
+    pub Height: c_uint,
+    pub Format: CUarray_format,
+    pub NumChannels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1`: 32-bit extents.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR_v1 {
+    pub Width: c_uint,
+    pub Height: c_uint,
+    pub Depth: c_uint,
+    pub Format: CUarray_format,
+    pub NumChannels: c_uint,
+    pub Flags: c_uint,
+}
+
+impl From<CUDA_ARRAY_DESCRIPTOR_v1> for CUDA_ARRAY_DESCRIPTOR {
+    fn from(d: CUDA_ARRAY_DESCRIPTOR_v1) -> Self {
+        CUDA_ARRAY_DESCRIPTOR {
+            Width: d.Width as usize,
+            Height: d.Height as usize,
+            Format: d.Format,
+            NumChannels: d.NumChannels,
+        }
+    }
+}
+
+impl From<CUDA_ARRAY3D_DESCRIPTOR_v1> for CUDA_ARRAY3D_DESCRIPTOR {
+    fn from(d: CUDA_ARRAY3D_DESCRIPTOR_v1) -> Self {
+        CUDA_ARRAY3D_DESCRIPTOR {
+            Width: d.Width as usize,
+            Height: d.Height as usize,
+            Depth: d.Depth as usize,
+            Format: d.Format,
+            NumChannels: d.NumChannels,
+            Flags: d.Flags,
+        }
+    }
+}
+
 pub type CUmemLocationType = c_uint;
 pub const CU_MEM_LOCATION_TYPE_INVALID: c_uint = 0;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;

@@ -4,7 +4,7 @@
 #ifndef VGPU_FRONT_HOOKS_H
 #define VGPU_FRONT_HOOKS_H
 
-#define HOOK_COUNT 69
+#define HOOK_COUNT 90
 
 #define HOOKS(X) \
     X(0, cuGetProcAddress, c) \
@@ -29,53 +29,74 @@
     X(19, cuEventSynchronize, c) \
     X(20, cuMemCreate, c) \
     X(21, cuMemRelease, c) \
-    X(22, cuArrayCreate_v2, c) \
-    X(23, cuArray3DCreate_v2, c) \
-    X(24, cuArrayDestroy, c) \
-    X(25, cuMipmappedArrayCreate, c) \
-    X(26, cuMipmappedArrayDestroy, c) \
-    X(27, cuCtxCreate_v2, c) \
-    X(28, cuCtxCreate_v3, c) \
-    X(29, cuCtxCreate_v4, c) \
-    X(30, cuCtxDestroy_v2, c) \
-    X(31, cuDevicePrimaryCtxRetain, c) \
-    X(32, cuDevicePrimaryCtxRelease, c) \
-    X(33, cuDevicePrimaryCtxRelease_v2, c) \
-    X(34, cuDevicePrimaryCtxReset, c) \
-    X(35, cuDevicePrimaryCtxReset_v2, c) \
-    X(36, cuMemGetInfo_v2, c) \
-    X(37, cuDeviceTotalMem_v2, c) \
-    X(38, cuLaunchKernel, c) \
-    X(39, cuLaunchKernel_ptsz, c) \
-    X(40, cuLaunchKernelEx, c) \
-    X(41, cuLaunchKernelEx_ptsz, c) \
-    X(42, cuLaunchCooperativeKernel, c) \
-    X(43, cuLaunchCooperativeKernel_ptsz, c) \
-    X(44, cuLaunchCooperativeKernelMultiDevice, c) \
-    X(45, cuGraphLaunch, c) \
-    X(46, cuGraphLaunch_ptsz, c) \
-    X(47, cuStreamBeginCapture, c) \
-    X(48, cuStreamBeginCapture_ptsz, c) \
-    X(49, cuStreamBeginCapture_v2, c) \
-    X(50, cuStreamBeginCapture_v2_ptsz, c) \
-    X(51, cuStreamEndCapture, c) \
-    X(52, cuStreamEndCapture_ptsz, c) \
-    X(53, cuStreamQuery, c) \
-    X(54, cuStreamQuery_ptsz, c) \
-    X(55, cuEventQuery, c) \
-    X(56, cuMemcpyHtoD_v2, c) \
-    X(57, cuMemcpyHtoD_v2_ptds, c) \
-    X(58, cuMemcpyDtoH_v2, c) \
-    X(59, cuMemcpyDtoH_v2_ptds, c) \
-    X(60, cuMemcpyDtoD_v2, c) \
-    X(61, cuMemcpyDtoD_v2_ptds, c) \
-    X(62, nvmlDeviceGetCount_v2, n) \
-    X(63, nvmlDeviceGetCount, n) \
-    X(64, nvmlDeviceGetHandleByIndex_v2, n) \
-    X(65, nvmlDeviceGetHandleByIndex, n) \
-    X(66, nvmlDeviceGetIndex, n) \
-    X(67, nvmlDeviceGetMemoryInfo, n) \
-    X(68, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(22, cuMemMap, c) \
+    X(23, cuMemUnmap, c) \
+    X(24, cuArrayCreate_v2, c) \
+    X(25, cuArray3DCreate_v2, c) \
+    X(26, cuArrayDestroy, c) \
+    X(27, cuMipmappedArrayCreate, c) \
+    X(28, cuMipmappedArrayDestroy, c) \
+    X(29, cuCtxCreate_v2, c) \
+    X(30, cuCtxCreate_v3, c) \
+    X(31, cuCtxCreate_v4, c) \
+    X(32, cuCtxDestroy_v2, c) \
+    X(33, cuDevicePrimaryCtxRetain, c) \
+    X(34, cuDevicePrimaryCtxRelease, c) \
+    X(35, cuDevicePrimaryCtxRelease_v2, c) \
+    X(36, cuDevicePrimaryCtxReset, c) \
+    X(37, cuDevicePrimaryCtxReset_v2, c) \
+    X(38, cuMemGetInfo_v2, c) \
+    X(39, cuDeviceTotalMem_v2, c) \
+    X(40, cuMemAlloc, c) \
+    X(41, cuMemAllocPitch, c) \
+    X(42, cuMemFree, c) \
+    X(43, cuArrayCreate, c) \
+    X(44, cuArray3DCreate, c) \
+    X(45, cuCtxCreate, c) \
+    X(46, cuMemGetInfo, c) \
+    X(47, cuDeviceTotalMem, c) \
+    X(48, cuLaunchKernel, c) \
+    X(49, cuLaunchKernel_ptsz, c) \
+    X(50, cuLaunchKernelEx, c) \
+    X(51, cuLaunchKernelEx_ptsz, c) \
+    X(52, cuLaunchCooperativeKernel, c) \
+    X(53, cuLaunchCooperativeKernel_ptsz, c) \
+    X(54, cuLaunchCooperativeKernelMultiDevice, c) \
+    X(55, cuGraphLaunch, c) \
+    X(56, cuGraphLaunch_ptsz, c) \
+    X(57, cuStreamBeginCapture, c) \
+    X(58, cuStreamBeginCapture_ptsz, c) \
+    X(59, cuStreamBeginCapture_v2, c) \
+    X(60, cuStreamBeginCapture_v2_ptsz, c) \
+    X(61, cuStreamEndCapture, c) \
+    X(62, cuStreamEndCapture_ptsz, c) \
+    X(63, cuStreamQuery, c) \
+    X(64, cuStreamQuery_ptsz, c) \
+    X(65, cuEventQuery, c) \
+    X(66, cuMemcpyHtoD_v2, c) \
+    X(67, cuMemcpyHtoD_v2_ptds, c) \
+    X(68, cuMemcpyDtoH_v2, c) \
+    X(69, cuMemcpyDtoH_v2_ptds, c) \
+    X(70, cuMemcpyDtoD_v2, c) \
+    X(71, cuMemcpyDtoD_v2_ptds, c) \
+    X(72, nvmlDeviceGetCount_v2, n) \
+    X(73, nvmlDeviceGetCount, n) \
+    X(74, nvmlDeviceGetHandleByIndex_v2, n) \
+    X(75, nvmlDeviceGetHandleByIndex, n) \
+    X(76, nvmlDeviceGetIndex, n) \
+    X(77, nvmlDeviceGetMemoryInfo, n) \
+    X(78, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(79, nvmlDeviceGetComputeRunningProcesses_v3, n) \
+    X(80, nvmlDeviceGetComputeRunningProcesses_v2, n) \
+    X(81, nvmlDeviceGetComputeRunningProcesses, n) \
+    X(82, nvmlDeviceGetGraphicsRunningProcesses_v3, n) \
+    X(83, nvmlDeviceGetGraphicsRunningProcesses_v2, n) \
+    X(84, nvmlDeviceGetGraphicsRunningProcesses, n) \
+    X(85, nvmlDeviceGetMPSComputeRunningProcesses_v3, n) \
+    X(86, nvmlDeviceGetMPSComputeRunningProcesses_v2, n) \
+    X(87, nvmlDeviceGetMPSComputeRunningProcesses, n) \
+    X(88, nvmlDeviceGetProcessUtilization, n) \
+    X(89, nvmlDeviceGetUtilizationRates, n) \
 
 #define HOOK_NAME(i, name, lib) #name "\0"
 #define HOOK_LIB(i, name, lib) #lib

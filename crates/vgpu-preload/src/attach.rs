@@ -13,15 +13,20 @@
 //! constructor.
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 
+use vgpu_region::Unusable;
+
 use crate::config::{CacheSource, Config};
 use crate::driver::{self, CudaDriver};
-use crate::ledger::{Charges, Ledger, NewDevice};
+use crate::ledger::{Charges, Ledger, LedgerError, NewDevice};
+use crate::limits_source::{self, Origin, Snapshot};
 use crate::process::{self, Inside, Section};
 use crate::sys;
 
 pub struct Proc {
     pub cfg: Config,
-    /// `None`: no region applies; everything passes through.
+    /// `None`: no limit is configured anywhere (and no region applies);
+    /// everything passes through. With a limit configured this is the
+    /// shared region's ledger or, when that cannot be used, a private one.
     pub ledger: Option<Ledger>,
     pub pid: i32,
     /// CUDA devices this process sees (0 when unknown, e.g. NVML-only).
@@ -32,16 +37,93 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Memory limit for CUDA ordinal `dev` (0: none).
-    pub fn mem_limit(&self, dev: u32) -> u64 {
-        match &self.ledger {
-            Some(l) => l.mem_limit(dev),
-            None => self.cfg.mem_limit(dev),
-        }
+    /// Memory budget of CUDA ordinal `dev` (`None`: none; `Some(0)`:
+    /// nothing is admitted): exactly what admission enforces.
+    pub fn mem_limit(&self, dev: u32) -> Option<u64> {
+        let l = self.ledger.as_ref()?;
+        refresh_limits(l);
+        l.mem_limit(dev)
     }
 
     pub fn used(&self, dev: u32) -> u64 {
         self.ledger.as_ref().map_or(0, |l| l.used(dev))
+    }
+
+    /// Binds CUDA ordinals to the region's devices by UUID once the driver
+    /// can list them (after the real `cuInit`), then recomputes the
+    /// budgets for that mapping. Idempotent.
+    pub fn bind_devices(&self, drv: &dyn CudaDriver) {
+        let Some(l) = &self.ledger else { return };
+        if l.is_bound() {
+            return;
+        }
+        let Ok(n) = drv.device_count() else { return };
+        let uuids: Vec<String> = (0..n)
+            .map(|i| driver::ordinal_uuid(drv, i).unwrap_or_default())
+            .collect();
+        let missing = l.bind_ordinals(&uuids);
+        if !missing.is_empty() {
+            crate::warn!(
+                "region {} does not describe CUDA device(s) {missing:?} (by UUID); they are not limited",
+                l.path
+            );
+        }
+        apply_budgets(l, true);
+    }
+}
+
+/// Recomputes the budgets of `l` from the limits source when the region's
+/// limits generation moved (`vgpu limit` rewrote the file, or changed the
+/// display copy of a region without a file): one atomic load otherwise.
+pub fn refresh_limits(l: &Ledger) {
+    let gen = l.limits_generation();
+    if l.applied_generation.load(Ordering::Acquire) == gen {
+        return;
+    }
+    limits_source::refresh_if_changed(gen);
+    apply_budgets(l, false);
+    l.applied_generation.store(gen, Ordering::Release);
+}
+
+/// Sets every region device's budget from the current snapshot and says,
+/// as a warning, where the region's recorded limit disagrees with it.
+fn apply_budgets(l: &Ledger, warn: bool) {
+    let Some(s) = limits_source::snapshot() else {
+        return;
+    };
+    for d in 0..l.device_count() {
+        let uuid = l.device_uuid(d);
+        let ord = l.ordinal_of(d);
+        let shown = l.display_limit(d);
+        let region = (l.private_cause.is_none()).then_some(shown);
+        let want = s.device(ord, &uuid, region);
+        l.set_budget(d, want.memory);
+        if warn && l.private_cause.is_none() && shown.memory != want.memory {
+            crate::warn!(
+                "device {uuid}: region {} records a memory limit of {}, this process enforces {} ({}); {}",
+                l.path,
+                show(shown.memory),
+                show(want.memory),
+                origin(s),
+                if s.from_file() {
+                    "the limits file wins"
+                } else {
+                    "the lower of the environment's and the region's applies"
+                }
+            );
+        }
+    }
+}
+
+fn show(b: Option<u64>) -> String {
+    b.map_or_else(|| "none".into(), |n| format!("{n} B"))
+}
+
+fn origin(s: &Snapshot) -> String {
+    match &s.origin {
+        Origin::Env => "from the environment".into(),
+        Origin::File(p) => format!("from {}", p.display()),
+        Origin::FailClosed { path, .. } => format!("failing closed on {}", path.display()),
     }
 }
 
@@ -79,6 +161,12 @@ pub fn attach(may_init: bool, drv: &dyn CudaDriver) -> Option<&'static Proc> {
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
+            // Another thread may have published between our first look and
+            // the exchange: one process, one slot, so look again.
+            if let Some(p) = attached() {
+                ATTACHING.store(0, Ordering::Release);
+                return Some(p);
+            }
             register_handlers();
             let gen = process::generation();
             let built = {
@@ -146,79 +234,136 @@ fn read_config() -> Config {
 
 fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
     let cfg = read_config();
-    let want_region = cfg.any_limit() || cfg.cache_source == CacheSource::Env;
+    let limits = limits_source::SOURCE.load(&cfg);
+    let limited = limits.any_limit();
+    let want_region = limited || cfg.cache_source == CacheSource::Env;
     let mut ledger = None;
     let mut ndev = 0;
     // Open first (no `stat` to ask whether it exists: one syscall less on
-    // the cuInit path); a missing file is created when the env asks for a
+    // the cuInit path); a missing file is created when a limit asks for a
     // region, which needs the device list, hence the real cuInit.
-    match Ledger::open_existing(&cfg.cache) {
-        Ok(Some(l)) => ledger = Some(l),
+    let unusable = match Ledger::open_existing(&cfg.cache) {
+        Ok(Some(l)) => {
+            ledger = Some(l);
+            None
+        }
         Ok(None) if want_region => {
             if !may_init {
                 return None;
             }
-            match devices_for_create(&cfg, drv) {
+            match devices_for_create(limits, drv) {
                 Some(devs) => {
                     ndev = devs.len() as u32;
                     match Ledger::create(&cfg.cache, 1024, devs) {
-                        Ok((l, mism)) => {
-                            for m in mism {
-                                crate::info!("region {}: {m} (the region's value applies)", l.path);
-                            }
+                        Ok((l, _)) => {
                             ledger = Some(l);
+                            None
                         }
-                        Err(e) => crate::error!(
-                            "{}; memory limits are NOT enforced in this process",
-                            crate::log::chain(&e)
-                        ),
+                        Err(e) => Some(e),
                     }
                 }
-                None => crate::error!(
-                    "cannot enumerate CUDA devices to create the region {}; memory limits are NOT enforced",
-                    cfg.cache.display()
-                ),
+                None => {
+                    crate::error!(
+                        "cannot enumerate CUDA devices to create the region {}; memory limits are NOT enforced",
+                        cfg.cache.display()
+                    );
+                    None
+                }
             }
         }
-        Ok(None) => {}
-        Err(e) => crate::error!(
-            "{}; memory limits are NOT enforced in this process",
-            crate::log::chain(&e)
-        ),
+        Ok(None) => None,
+        Err(e) => Some(e),
+    };
+    if let Some(e) = unusable {
+        if !limited {
+            crate::warn!(
+                "{}; no limit is configured, so this process runs without one",
+                crate::log::chain(&e)
+            );
+        } else {
+            // Fail closed: the same limits on a ledger of our own.
+            if !may_init {
+                return None;
+            }
+            ledger = private_ledger(limits, drv, &e);
+            if let Some(l) = &ledger {
+                ndev = l.device_count();
+            }
+        }
     }
     if let Some(l) = &ledger {
         if ndev == 0 {
             ndev = l.device_count();
         }
-        for d in 0..l.device_count() {
-            let env = cfg.mem_limit(d);
-            let reg = l.mem_limit(d);
-            if env != 0 && env != reg {
-                crate::info!(
-                    "device {d}: environment says {env} B, region {} says {reg} B; the region's limit applies",
-                    l.path
-                );
-            }
-        }
+        apply_budgets(l, true);
+        l.applied_generation
+            .store(l.limits_generation(), Ordering::Release);
         crate::debug!("attached to region {} slot {:?}", l.path, l.slot());
     }
     let sm_limited = match &ledger {
-        Some(l) => (0..l.device_count()).any(|d| l.sm_limit(d) != 0),
-        None => cfg.sm_all != 0 || cfg.sm_dev.values().any(|&v| v != 0),
+        Some(l) => (0..l.device_count()).any(|d| {
+            limits
+                .device(l.ordinal_of(d), &l.device_uuid(d), Some(l.display_limit(d)))
+                .sm
+                .is_some()
+        }),
+        None => false,
     };
-    Some(Proc {
+    let p = Proc {
         cfg,
         ledger,
         pid: sys::getpid(),
         ndev: AtomicU32::new(ndev),
         charges: Charges::default(),
         sm_limited,
-    })
+    };
+    if may_init {
+        p.bind_devices(drv);
+    }
+    Some(p)
 }
 
-/// Calls the real `cuInit(0)` and lists the visible devices with their
-/// environment limits, for creating the region.
-fn devices_for_create(cfg: &Config, drv: &dyn CudaDriver) -> Option<Vec<NewDevice>> {
+/// The fail-closed ledger: the shared region cannot be used (`e`) but a
+/// limit is configured, so this process keeps it alone, and says so once,
+/// loudly. Its views show that same ledger.
+fn private_ledger(limits: &Snapshot, drv: &dyn CudaDriver, e: &LedgerError) -> Option<Ledger> {
+    let cause = e.unusable();
+    let Some(devs) = devices_for_create(limits, drv) else {
+        crate::error!(
+            "{}; and the CUDA devices cannot be listed for a private ledger: memory limits are NOT enforced",
+            crate::log::chain(e)
+        );
+        return None;
+    };
+    match Ledger::private(devs, cause) {
+        Ok(l) => {
+            crate::error!(
+                "region unusable ({}): {}; FAILING CLOSED: this process enforces its limits on a private ledger (its usage is not shared with the container's other processes, nor visible to vgpu inspect)",
+                cause.name(),
+                crate::log::chain(e)
+            );
+            Some(l)
+        }
+        Err(pe) => {
+            crate::error!(
+                "{}; and no private ledger ({}): memory limits are NOT enforced",
+                crate::log::chain(e),
+                crate::log::chain(&pe)
+            );
+            None
+        }
+    }
+}
+
+/// Why a region was not used, for tests and messages.
+pub fn private_cause() -> Option<Unusable> {
+    attached()?.ledger.as_ref()?.private_cause
+}
+
+/// Calls the real `cuInit(0)` and lists the visible devices with the
+/// limits in force, for creating a region (its display copy) or a
+/// private ledger.
+fn devices_for_create(limits: &Snapshot, drv: &dyn CudaDriver) -> Option<Vec<NewDevice>> {
     let r = drv.init(0);
     if !r.is_success() {
         crate::warn!("real cuInit failed ({r:?}) while creating the region");
@@ -226,10 +371,16 @@ fn devices_for_create(cfg: &Config, drv: &dyn CudaDriver) -> Option<Vec<NewDevic
     }
     let n = drv.device_count().ok()?;
     let out = (0..n)
-        .map(|i| NewDevice {
-            uuid: driver::ordinal_uuid(drv, i).unwrap_or_default(),
-            mem_limit: cfg.mem_limit(i),
-            sm_limit: cfg.sm_limit(i),
+        .map(|i| {
+            let uuid = driver::ordinal_uuid(drv, i).unwrap_or_default();
+            let d = limits.device(Some(i), &uuid, None);
+            NewDevice {
+                // The region's limit fields are a display copy: a zero
+                // budget shows as the smallest limit it can hold.
+                mem_limit: d.memory.map_or(0, |m| m.max(1)),
+                sm_limit: d.sm.unwrap_or(0),
+                uuid,
+            }
         })
         .collect();
     Some(out)

@@ -54,6 +54,12 @@ pub struct Config {
     pub sm_dev: BTreeMap<u32, u32>,
     pub cache: PathBuf,
     pub cache_source: CacheSource,
+    /// `LIBVGPU_LIMITS_FILE`: the operator's limits file when nothing is at
+    /// [`Config::limits_default`] (docs/limits.md).
+    pub limits_file: Option<PathBuf>,
+    /// Where a container sees its limits file
+    /// (`vgpu_region::limits::DEFAULT_PATH`; a field so tests can move it).
+    pub limits_default: PathBuf,
     pub visible: Option<String>,
     pub context_memory: u64,
     pub priority: i32,
@@ -61,10 +67,6 @@ pub struct Config {
     /// Host-PID identity (`LIBVGPU_IDENTITY*`, `LIBVGPU_HOSTPID_*`,
     /// `LIBVGPU_HOST_PROCFS`).
     pub identity: Identity,
-    // The SM limiter
-    /// `LIBVGPU_LIMITS_FILE`: the operator's limits file when the default
-    /// path (`/etc/vgpu/limits`) has none.
-    pub limits_file: Option<PathBuf>,
     /// One line per malformed variable, with the fallback taken.
     pub problems: Vec<String>,
 }
@@ -124,12 +126,13 @@ impl Config {
             sm_dev: BTreeMap::new(),
             cache: PathBuf::from(DEFAULT_CACHE),
             cache_source: CacheSource::Default,
+            limits_file: None,
+            limits_default: PathBuf::from(vgpu_region::limits::DEFAULT_PATH),
             visible: None,
             context_memory: DEFAULT_CONTEXT_MEMORY,
             priority: 0,
             util_policy: UtilPolicy::Default,
             identity: Identity::default(),
-            limits_file: None,
             problems: Vec::new(),
         };
         for (k, v) in vars {
@@ -201,6 +204,7 @@ impl Config {
                     }
                 }
                 "CUDA_VISIBLE_DEVICES" => self.visible = Some(v.to_string()),
+                vgpu_region::limits::PATH_ENV => self.limits_file = path(v),
                 "LIBVGPU_CONTEXT_MEMORY" => match parse_mem_size(v) {
                     Ok(n) => self.context_memory = n,
                     Err(e) => self.bad(
@@ -228,8 +232,6 @@ impl Config {
                         .push(format!("{k}={v:?} is not lazy or eager; using lazy")),
                 },
                 ENV_IDENTITY_TIERS => self.identity_tiers(k, v),
-                // The SM limiter
-                vgpu_region::limits::PATH_ENV => self.limits_file = path(v),
                 vgpu_identity::resolve::ENV_BROKER => self.identity.broker = path(v),
                 vgpu_identity::resolve::ENV_PROCFS => self.identity.procfs = path(v),
                 vgpu_identity::resolve::ENV_LOCK => {

@@ -41,16 +41,9 @@ pub fn cu_init(real: impl Fn(std::ffi::c_uint) -> CUresult, flags: std::ffi::c_u
         // current device (the region's count was only provisional).
         if let Some(n) = r.is_success().then(|| drv.device_count().ok()).flatten() {
             p.ndev.store(n, Ordering::Relaxed);
-            if let Some(l) = &p.ledger {
-                if l.device_count() < n {
-                    crate::warn!(
-                        "region {} describes {} device(s) but the driver shows {n}; devices {}.. are not limited",
-                        l.path,
-                        l.device_count(),
-                        l.device_count()
-                    );
-                }
-            }
+            // Ordinals to the region's devices by UUID (CUDA_VISIBLE_DEVICES
+            // may reorder or hide them); warns about devices it lacks.
+            p.bind_devices(drv);
         }
         // Lazy by default (nothing waits); LIBVGPU_IDENTITY=eager resolves here.
         crate::identity::post_init(p);

@@ -6,9 +6,11 @@
 //! Must never decide policy (what to charge is `memory`'s) or call a driver.
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Phase, Region, SlotId};
+use vgpu_region::limits::DeviceLimit;
+use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Phase, Region, SlotId, Unusable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -26,12 +28,34 @@ pub enum LedgerError {
     },
 }
 
-/// Refusal: the request would cross the budget.
+impl LedgerError {
+    /// Why the region cannot be used (the fail-closed decision's input).
+    pub fn unusable(&self) -> Unusable {
+        match self {
+            LedgerError::Open { source, .. } | LedgerError::Register { source, .. } => {
+                source.unusable()
+            }
+        }
+    }
+}
+
+/// Refusal: the request would cross the budget, or it is a size no
+/// counter may hold (`requested` ≥ 2^56: refused, so nothing ever wraps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverLimit {
     pub limit: u64,
     pub in_use: u64,
     pub requested: u64,
+}
+
+/// A budget as one atomic word: 0 = no limit, else limit + 1 (so a zero
+/// budget, "admit nothing", is 1), saturating at u64::MAX.
+fn encode_budget(b: Option<u64>) -> u64 {
+    b.map_or(0, |n| n.saturating_add(1))
+}
+
+fn decode_budget(w: u64) -> Option<u64> {
+    w.checked_sub(1)
 }
 
 pub use vgpu_region::MemKind as Kind;
@@ -53,6 +77,19 @@ pub struct Ledger {
     /// CLOCK_MONOTONIC ns when the region was mapped / the slot claimed.
     pub mapped_ns: u64,
     pub claimed_ns: u64,
+    /// The memory limit this process enforces per region device (see
+    /// `encode_budget`), set from the limits source, never read from the
+    /// region's header at admission: a tenant writing the mapped header
+    /// changes nothing that is enforced.
+    budgets: Box<[AtomicU64]>,
+    /// CUDA ordinal -> region device, by UUID (set once the driver can
+    /// say; until then ordinal i is region device i).
+    ords: OnceLock<Box<[Option<u32>]>>,
+    /// The region limits generation the budgets were last computed at.
+    pub applied_generation: AtomicU64,
+    /// Set for a process-private ledger: why the shared region could not
+    /// be used.
+    pub private_cause: Option<Unusable>,
 }
 
 /// One device's limits for region creation.
@@ -96,17 +133,7 @@ impl Ledger {
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let opts = CreateOptions {
-            slots,
-            devices: devs
-                .into_iter()
-                .map(|d| DeviceConfig {
-                    uuid: d.uuid,
-                    mem_limit: d.mem_limit,
-                    sm_limit: d.sm_limit,
-                })
-                .collect(),
-        };
+        let opts = create_options(slots, devs);
         let (region, mism) =
             Region::open_or_create_with(path, &opts, OPEN_WAIT).map_err(|source| {
                 LedgerError::Open {
@@ -124,32 +151,128 @@ impl Ledger {
             path: path.clone(),
             source,
         })?;
+        let budgets = (0..region.device_count())
+            .map(|d| {
+                AtomicU64::new(encode_budget(
+                    DeviceLimit::from_region(region.limits(d)).memory,
+                ))
+            })
+            .collect();
         Ok(Ledger {
             region,
             slot,
             path,
             mapped_ns,
             claimed_ns: vgpu_region::monotonic_ns(),
+            budgets,
+            ords: OnceLock::new(),
+            applied_generation: AtomicU64::new(u64::MAX),
+            private_cause: None,
         })
+    }
+
+    /// A ledger only this process sees (`Region::private`): for a process
+    /// with a limit to keep whose shared region cannot be used (fail
+    /// closed). Same admission, same views.
+    pub fn private(devs: Vec<NewDevice>, cause: Unusable) -> Result<Ledger, LedgerError> {
+        let opts = create_options(16, devs);
+        let region = Region::private(&opts).map_err(|source| LedgerError::Open {
+            path: "(process-private ledger)".into(),
+            source,
+        })?;
+        let p = region.path().display().to_string();
+        let mut l = Self::register(region, p, vgpu_region::monotonic_ns())?;
+        l.private_cause = Some(cause);
+        Ok(l)
     }
 
     pub fn device_count(&self) -> u32 {
         self.region.device_count()
     }
 
-    /// Memory limit of device `dev` (0: none, or no such device).
-    pub fn mem_limit(&self, dev: u32) -> u64 {
-        if dev >= self.device_count() {
-            return 0;
+    /// The region device CUDA ordinal `ord` is (by UUID once bound), or
+    /// `None` when the region does not describe it.
+    pub fn index(&self, ord: u32) -> Option<u32> {
+        match self.ords.get() {
+            Some(m) => m.get(ord as usize).copied().flatten(),
+            None => (ord < self.device_count()).then_some(ord),
         }
-        self.region.limits(dev).mem
     }
 
-    pub fn sm_limit(&self, dev: u32) -> u32 {
-        if dev >= self.device_count() {
-            return 0;
+    /// The CUDA ordinal of region device `idx` (`None`: not visible here).
+    pub fn ordinal_of(&self, idx: u32) -> Option<u32> {
+        match self.ords.get() {
+            Some(m) => m.iter().position(|&d| d == Some(idx)).map(|o| o as u32),
+            None => Some(idx),
         }
-        self.region.limits(dev).sm
+    }
+
+    /// Binds CUDA ordinals to region devices by the UUIDs the driver
+    /// reports (`uuids[ordinal]`); once per ledger. Returns the ordinals
+    /// the region does not describe.
+    pub fn bind_ordinals(&self, uuids: &[String]) -> Vec<u32> {
+        let n = self.device_count();
+        let map: Box<[Option<u32>]> = uuids
+            .iter()
+            .enumerate()
+            .map(|(o, u)| {
+                let by_uuid = (!u.is_empty())
+                    .then(|| self.region.device_index(u))
+                    .flatten();
+                // A region device recorded without a UUID (its creator could
+                // not read one) is the ordinal of the same index.
+                by_uuid.or_else(|| {
+                    let o = o as u32;
+                    (o < n && self.region.device_uuid(o).is_empty()).then_some(o)
+                })
+            })
+            .collect();
+        let missing = map
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.is_none())
+            .map(|(o, _)| o as u32)
+            .collect();
+        let _ = self.ords.set(map);
+        missing
+    }
+
+    pub fn is_bound(&self) -> bool {
+        self.ords.get().is_some()
+    }
+
+    /// The UUID the region records for region device `idx`.
+    pub fn device_uuid(&self, idx: u32) -> String {
+        self.region.device_uuid(idx)
+    }
+
+    /// The region header's display copy of device `idx`'s limits.
+    pub fn display_limit(&self, idx: u32) -> DeviceLimit {
+        DeviceLimit::from_region(self.region.limits(idx))
+    }
+
+    /// Sets the memory budget enforced on region device `idx`.
+    pub fn set_budget(&self, idx: u32, b: Option<u64>) {
+        if let Some(w) = self.budgets.get(idx as usize) {
+            w.store(encode_budget(b), Ordering::Release);
+        }
+    }
+
+    fn budget(&self, idx: u32) -> Option<u64> {
+        self.budgets
+            .get(idx as usize)
+            .and_then(|w| decode_budget(w.load(Ordering::Acquire)))
+    }
+
+    /// The memory budget enforced on CUDA ordinal `ord` (`None`: none;
+    /// `Some(0)`: nothing is admitted).
+    pub fn mem_limit(&self, ord: u32) -> Option<u64> {
+        self.budget(self.index(ord)?)
+    }
+
+    /// The region's limits generation (moves at every `vgpu limit`).
+    pub fn limits_generation(&self) -> u64 {
+        u64::from(self.region.limits_generation())
     }
 
     /// The container's live usage of `dev` (all processes, all kinds), for
@@ -157,21 +280,46 @@ impl Ledger {
     /// total until its slot is reclaimed; a view must not show them, so dead
     /// slots are reclaimed first (at most every `VIEW_RECLAIM_EVERY`, the
     /// pass costs a liveness check per claimed slot).
-    pub fn used(&self, dev: u32) -> u64 {
-        if dev >= self.device_count() {
+    pub fn used(&self, ord: u32) -> u64 {
+        let Some(dev) = self.index(ord) else {
             return 0;
-        }
+        };
         self.region.reclaim_dead_at_most_every(VIEW_RECLAIM_EVERY);
         self.region.device_used(dev)
     }
 
-    /// Charges `bytes` to this process on `dev`; a device the region does
-    /// not know is unlimited (nothing to charge).
-    pub fn reserve(&self, dev: u32, kind: Kind, bytes: u64) -> Result<(), OverLimit> {
-        if bytes == 0 || dev >= self.device_count() {
+    /// Charges `bytes` to this process on CUDA ordinal `ord` against its
+    /// budget; a device the region does not know is unlimited (nothing to
+    /// charge). A size no counter can hold is refused, never wrapped.
+    pub fn reserve(&self, ord: u32, kind: Kind, bytes: u64) -> Result<(), OverLimit> {
+        if bytes > vgpu_region::MAX_RESERVATION {
+            return Err(OverLimit {
+                limit: self.mem_limit(ord).unwrap_or(0),
+                in_use: self.used(ord),
+                requested: bytes,
+            });
+        }
+        let Some(dev) = self.index(ord) else {
+            return Ok(());
+        };
+        if bytes == 0 {
             return Ok(());
         }
-        match self.region.reserve(self.slot, dev, kind, bytes) {
+        let limit = match self.budget(dev) {
+            Some(0) => {
+                return Err(OverLimit {
+                    limit: 0,
+                    in_use: self.region.device_used(dev),
+                    requested: bytes,
+                })
+            }
+            Some(n) => n,
+            None => 0,
+        };
+        match self
+            .region
+            .reserve_within(self.slot, dev, kind, bytes, limit)
+        {
             Ok(()) => Ok(()),
             Err(vgpu_region::AdmissionError::OverLimit {
                 limit,
@@ -182,6 +330,11 @@ impl Ledger {
                 in_use,
                 requested,
             }),
+            Err(vgpu_region::AdmissionError::Unrepresentable { requested }) => Err(OverLimit {
+                limit,
+                in_use: self.region.device_used(dev),
+                requested,
+            }),
             Err(e) => {
                 crate::warn!("region refused a reservation on device {dev}: {e}; allowing it");
                 Ok(())
@@ -189,8 +342,11 @@ impl Ledger {
         }
     }
 
-    pub fn release(&self, dev: u32, kind: Kind, bytes: u64) {
-        if bytes == 0 || dev >= self.device_count() {
+    pub fn release(&self, ord: u32, kind: Kind, bytes: u64) {
+        let Some(dev) = self.index(ord) else {
+            return;
+        };
+        if bytes == 0 {
             return;
         }
         let r = self.region.release(self.slot, dev, kind, bytes);
@@ -221,12 +377,41 @@ impl Ledger {
     }
 }
 
-/// What one charge was: device (CUDA ordinal), kind, bytes.
+fn create_options(slots: u32, devs: Vec<NewDevice>) -> CreateOptions {
+    CreateOptions {
+        slots,
+        devices: devs
+            .into_iter()
+            .map(|d| DeviceConfig {
+                uuid: d.uuid,
+                mem_limit: d.mem_limit,
+                sm_limit: d.sm_limit,
+            })
+            .collect(),
+    }
+}
+
+/// What one charge was: device (CUDA ordinal), kind, bytes, and the
+/// context it lives in (0: the device's primary context), so that a
+/// context's teardown (destroy, last primary release, reset) releases what
+/// the driver freed with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Charge {
     pub dev: u32,
     pub kind: Kind,
     pub bytes: u64,
+    pub ctx: usize,
+}
+
+/// A device's primary context as this process retained it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Primary {
+    /// Our retains not yet released.
+    pub refs: u32,
+    /// Its charge (the context estimate), 0 when none.
+    pub charge: u64,
+    /// Its handle, once a retain returned it.
+    pub handle: usize,
 }
 
 /// A stream-ordered pool this process has charged for.
@@ -275,8 +460,13 @@ pub struct Tables {
     /// Stream-ordered allocations: pointer -> pool.
     pub async_ptrs: Map<u64, usize>,
     pub pools: Map<usize, PoolCharge>,
-    /// `cuMemCreate` handles.
+    /// `cuMemCreate` handles (their charge stays while mapped, even after
+    /// `cuMemRelease`: the charge follows the physical memory).
     pub handles: Map<u64, Charge>,
+    /// Per handle: live mappings, and whether `cuMemRelease` already ran.
+    pub handle_refs: Map<u64, (u32, bool)>,
+    /// Mapped address -> (size, handle), for `cuMemUnmap` of a range.
+    pub mappings: std::collections::BTreeMap<u64, (u64, u64)>,
     /// Arrays and mipmapped arrays by handle.
     pub arrays: Map<usize, Charge>,
     /// Contexts created with `cuCtxCreate*`.
@@ -289,8 +479,8 @@ pub struct Tables {
 #[derive(Default)]
 pub struct Charges {
     pub tables: Mutex<Tables>,
-    /// Primary-context retain count and charge per device.
-    pub primary: Mutex<Map<u32, (u32, u64)>>,
+    /// Primary-context retain count, charge and handle per device.
+    pub primary: Mutex<Map<u32, Primary>>,
 }
 
 impl Charges {
@@ -300,7 +490,7 @@ impl Charges {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, (u32, u64)>> {
+    pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, Primary>> {
         self.primary.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -325,11 +515,28 @@ impl View {
         Ok(View { region })
     }
 
-    pub fn mem_limit(&self, dev: u32) -> u64 {
-        if dev >= self.region.device_count() {
-            return 0;
+    pub fn device_count(&self) -> u32 {
+        self.region.device_count()
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    pub fn device_index(&self, uuid: &str) -> Option<u32> {
+        if uuid.is_empty() {
+            return None;
         }
-        self.region.limits(dev).mem
+        self.region.device_index(uuid)
+    }
+
+    pub fn device_uuid(&self, dev: u32) -> String {
+        self.region.device_uuid(dev)
+    }
+
+    /// The header's display copy (an input of the limits, never the only one).
+    pub fn display_limit(&self, dev: u32) -> DeviceLimit {
+        DeviceLimit::from_region(self.region.limits(dev))
     }
 
     /// Usage without the bytes of dead processes (a read-only mapping cannot

@@ -22,7 +22,7 @@
 //! | exports | [`ffi`] | the hook exports, `dlsym`, the routes, the front binding |
 //! | policy | [`init`], [`limiter`], [`views`], [`memory`], [`identity`] | `cuInit` phases; launch gate; virtual views; memory admission; host PID |
 //! | state | [`attach`] | per-process configuration, region slot, charge tables |
-//! | driver, ledger | [`driver`], [`ledger`] | the real-function table and the driver traits; the region |
+//! | driver, ledger, limits | [`driver`], [`ledger`], [`limits_source`] | the real-function table and the driver traits; the region; the limits in force (file, else environment) |
 //! | process | [`process`] | generation, fork/exit handlers, re-entrancy guard, the owned thread |
 //! | base | [`log`], [`config`], [`sys`] | raw-write log; the environment contract; libc glue |
 #![allow(non_snake_case, non_upper_case_globals)]
@@ -37,6 +37,7 @@ pub mod identity;
 pub mod init;
 pub mod ledger;
 pub mod limiter;
+pub mod limits_source;
 pub mod memory;
 pub mod process;
 pub mod sys;

@@ -1,7 +1,7 @@
 //! The shape of libvgpu.so lasts: every module of `src/` imports only
 //! modules of a lower layer (or itself). Layers, bottom up:
 //!
-//! sys < config < log < process < {driver, ledger} < attach
+//! sys < config < log < process < {driver, ledger, limits_source} < attach
 //!     < {memory, identity} < {views, limiter} < init < ffi
 //!
 //! Modules of one layer may not import each other (no cycles), and nothing
@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("process", 3),
     ("driver", 4),
     ("ledger", 4),
+    ("limits_source", 4),
     ("attach", 5),
     ("memory", 6),
     ("identity", 6),

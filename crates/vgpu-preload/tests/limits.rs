@@ -255,27 +255,37 @@ fn threads_of_one_process_share_the_budget_exactly() {
 }
 
 #[test]
-fn an_unusable_region_file_is_reported_and_the_process_runs() {
+fn an_unusable_region_file_fails_closed_and_the_process_runs() {
     let s = sim(1);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("r.cache");
     std::fs::write(&cache, vec![0x5au8; 8192]).unwrap();
+    // The limit is still enforced (on a private ledger): fill passes only
+    // if exactly 1 GiB is admitted.
     let out = run(
         &c_program("limits"),
-        &["view"],
-        &env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]),
+        &["fill", &GIB.to_string()],
+        &env(
+            &s,
+            Some(&cache),
+            &[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+                ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ],
+        ),
     );
+    assert_passed(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     let lines: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.contains("NOT enforced"))
+        .filter(|l| l.contains("FAILING CLOSED"))
         .collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
-        lines[0].contains(&cache.display().to_string()),
-        "the line names the file: {stderr}"
+        lines[0].contains(&cache.display().to_string()) && lines[0].contains(" error:"),
+        "one loud line naming the file: {stderr}"
     );
+    assert!(!stderr.contains("NOT enforced"), "{stderr}");
     // The file is left as it was (nothing is lost or overwritten).
     assert_eq!(std::fs::read(&cache).unwrap(), vec![0x5au8; 8192]);
 }

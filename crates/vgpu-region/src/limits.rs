@@ -73,7 +73,8 @@ pub struct DeviceLine {
 /// `policy` (HAMi's `GPU_CORE_UTILIZATION_POLICY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Policy {
-    /// Limit SM use only while others contend.
+    /// Limit SM use to the configured share, a lone tenant included (as
+    /// HAMi's `default`; see docs/limiter.md).
     Default,
     /// Always limit.
     Force,

@@ -39,6 +39,11 @@ pub struct CudaState {
     /// Stream-ordered pointer -> (pool, bytes).
     pub async_ptrs: HashMap<CUdeviceptr, (usize, u64)>,
     pub handles: HashMap<u64, (CUdevice, u64)>,
+    /// VMM handle -> (live mappings, released): the memory goes when the
+    /// handle is released and its last mapping is gone (as the driver does).
+    pub vmm: HashMap<u64, (u32, bool)>,
+    /// Mapped address -> (size, handle).
+    pub mappings: std::collections::BTreeMap<CUdeviceptr, (u64, u64)>,
     pub primary: HashMap<CUdevice, u32>,
     pub ctxs: HashMap<usize, CUdevice>,
     /// Pools grow their reserved memory in steps of this many bytes.
@@ -350,6 +355,17 @@ impl CudaDriver for FakeCuda {
         if let Err(e) = s.enter("cuMemRelease") {
             return e;
         }
+        match s.vmm.get(&handle).copied() {
+            None if s.handles.contains_key(&handle) => {}
+            Some((_, true)) | None => return CUresult::CUDA_ERROR_INVALID_VALUE,
+            Some((0, false)) => {}
+            Some((maps, false)) => {
+                // Mapped: the memory stays until the last unmap.
+                s.vmm.insert(handle, (maps, true));
+                return CUresult::CUDA_SUCCESS;
+            }
+        }
+        s.vmm.remove(&handle);
         match s.handles.remove(&handle) {
             Some((dev, b)) => {
                 if b > 0 {
@@ -359,6 +375,54 @@ impl CudaDriver for FakeCuda {
             }
             None => CUresult::CUDA_ERROR_INVALID_VALUE,
         }
+    }
+    fn mem_map(
+        &self,
+        ptr: CUdeviceptr,
+        size: usize,
+        handle: CUmemGenericAllocationHandle,
+    ) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuMemMap") {
+            return e;
+        }
+        if !s.handles.contains_key(&handle)
+            || s.vmm.get(&handle).is_some_and(|v| v.1)
+            || s.mappings.contains_key(&ptr)
+        {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        }
+        s.mappings.insert(ptr, (size as u64, handle));
+        s.vmm.entry(handle).or_insert((0, false)).0 += 1;
+        CUresult::CUDA_SUCCESS
+    }
+    fn mem_unmap(&self, ptr: CUdeviceptr, size: usize) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuMemUnmap") {
+            return e;
+        }
+        let hit: Vec<u64> = s
+            .mappings
+            .range(ptr..ptr.saturating_add(size as u64))
+            .map(|(k, _)| *k)
+            .collect();
+        if hit.is_empty() {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        }
+        for k in hit {
+            let Some((_, h)) = s.mappings.remove(&k) else {
+                continue;
+            };
+            let Some(v) = s.vmm.get_mut(&h) else { continue };
+            v.0 -= 1;
+            if *v == (0, true) {
+                s.vmm.remove(&h);
+                if let Some((dev, b)) = s.handles.remove(&h) {
+                    s.in_use[dev as usize] -= b;
+                }
+            }
+        }
+        CUresult::CUDA_SUCCESS
     }
     fn array_create(&self, desc: &CUDA_ARRAY_DESCRIPTOR) -> CuResult<CUarray> {
         let mut s = self.state();

@@ -93,6 +93,13 @@ pub trait CudaDriver: Sync {
         prop: &CUmemAllocationProp,
     ) -> CuResult<CUmemGenericAllocationHandle>;
     fn mem_release(&self, handle: CUmemGenericAllocationHandle) -> CUresult;
+    fn mem_map(
+        &self,
+        ptr: CUdeviceptr,
+        size: usize,
+        handle: CUmemGenericAllocationHandle,
+    ) -> CUresult;
+    fn mem_unmap(&self, ptr: CUdeviceptr, size: usize) -> CUresult;
     fn array_create(&self, desc: &CUDA_ARRAY_DESCRIPTOR) -> CuResult<CUarray>;
     fn array_destroy(&self, array: CUarray) -> CUresult;
     // stream-ordered memory and pools

@@ -130,6 +130,17 @@ impl CudaDriver for RealCuda {
     fn mem_release(&self, handle: CUmemGenericAllocationHandle) -> CUresult {
         cu!(cuMemRelease(handle))
     }
+    fn mem_map(
+        &self,
+        ptr: CUdeviceptr,
+        size: usize,
+        handle: CUmemGenericAllocationHandle,
+    ) -> CUresult {
+        cu!(cuMemMap(ptr, size, 0, handle, 0))
+    }
+    fn mem_unmap(&self, ptr: CUdeviceptr, size: usize) -> CUresult {
+        cu!(cuMemUnmap(ptr, size))
+    }
     fn array_create(&self, desc: &CUDA_ARRAY_DESCRIPTOR) -> CuResult<CUarray> {
         let mut a = CUarray::NULL;
         cu_ok(cu!(cuArrayCreate_v2(&mut a, desc))).map(|_| a)

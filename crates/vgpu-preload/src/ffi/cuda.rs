@@ -247,6 +247,20 @@ TABLE;
         attached(call, |m, call| m.mem_release(handle, call))
     }
 
+    [base: "cuMemMap", since: 10020, ptds: false, family: "memory (virtual)", policy: "count the mapping of a charged handle (its charge outlives cuMemRelease while mapped)"]
+    fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(ptr, size, offset, handle, flags) };
+        attached(call, |m, call| m.mem_map(ptr, size, handle, call))
+    }
+
+    [base: "cuMemUnmap", since: 10020, ptds: false, family: "memory (virtual)", policy: "the last unmap of a released handle returns its charge"]
+    fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(ptr, size) };
+        attached(call, |m, call| m.mem_unmap(ptr, size, call))
+    }
+
     [base: "cuArrayCreate", since: 3020, ptds: false, family: "memory (arrays)", policy: "reserve width x height x channels x format bytes"]
     fn cuArrayCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult |real| {
         let bytes = out(pAllocateArray).and_then(|d| memory::array_bytes(&d));
@@ -322,7 +336,7 @@ TABLE;
         crate::identity::before_context(dev);
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(pctx, dev) };
-        limited(call, |m, call| m.primary_retain(dev, call))
+        limited(call, |m, call| m.primary_retain(dev, || out(pctx).map(|c| c.0 as usize), call))
     }
 
     [base: "cuDevicePrimaryCtxRelease", since: 7000, ptds: false, family: "context", policy: "last release returns the context estimate"]
@@ -383,6 +397,87 @@ TABLE;
         if let Some(v) = views::total_mem(p, dev, out(bytes).unwrap_or(0) as u64) {
             // SAFETY: the driver just wrote it successfully.
             unsafe { sys::put(bytes, v as usize) };
+        }
+        r
+    }
+
+    // Legacy (v1) memory, context and info entry points: the 32-bit ABI of
+    // CUDA 2.x, still exported by the driver and reached by a direct call,
+    // `dlsym("cuMemAlloc")` (Python ctypes) or cuGetProcAddress below 3020.
+    [base: "cuMemAlloc", since: 2000, ptds: false, family: "memory (legacy v1)", policy: "as cuMemAlloc_v2 (32-bit size and pointer)"]
+    fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(dptr, bytesize) };
+        limited(call, |m, call| m.alloc(bytesize as usize, || out(dptr).map(u64::from), call))
+    }
+
+    [base: "cuMemAllocPitch", since: 2000, ptds: false, family: "memory (legacy v1)", policy: "as cuMemAllocPitch_v2 (32-bit)"]
+    fn cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pPitch: *mut c_uint, WidthInBytes: c_uint, Height: c_uint, ElementSizeBytes: c_uint) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes) };
+        let got = || out(dptr).map(u64::from).zip(out(pPitch).map(|p| p as usize));
+        limited(call, |m, call| m.alloc_pitch(WidthInBytes as usize, Height as usize, got, call))
+    }
+
+    [base: "cuMemFree", since: 2000, ptds: false, family: "memory (legacy v1)", policy: "as cuMemFree_v2"]
+    fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(dptr) };
+        attached(call, |m, call| m.free(u64::from(dptr), call))
+    }
+
+    [base: "cuArrayCreate", since: 2000, ptds: false, family: "memory (legacy v1)", policy: "as cuArrayCreate_v2 (32-bit extents)"]
+    fn cuArrayCreate(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult |real| {
+        let bytes = out(pAllocateArray).and_then(|d| memory::array_bytes(&d.into()));
+        // SAFETY: forwarding the caller's arguments.
+        array_create(bytes, || out(pHandle).map(|h| h.0 as usize), || unsafe { real(pHandle, pAllocateArray) })
+    }
+
+    [base: "cuArray3DCreate", since: 2000, ptds: false, family: "memory (legacy v1)", policy: "as cuArray3DCreate_v2 (32-bit extents)"]
+    fn cuArray3DCreate(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult |real| {
+        let bytes = out(pAllocateArray).and_then(|d| memory::array3d_bytes(&d.into()));
+        // SAFETY: forwarding the caller's arguments.
+        array_create(bytes, || out(pHandle).map(|h| h.0 as usize), || unsafe { real(pHandle, pAllocateArray) })
+    }
+
+    [base: "cuCtxCreate", since: 2000, ptds: false, family: "context (legacy v1)", policy: "as cuCtxCreate_v2"]
+    fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult |real| {
+        crate::identity::before_context(dev);
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(pctx, flags, dev) };
+        limited(call, |m, call| m.ctx_create(dev, || out(pctx).map(|c| c.0 as usize), call))
+    }
+
+    [base: "cuMemGetInfo", since: 2000, ptds: false, family: "view (legacy v1)", policy: "as cuMemGetInfo_v2, saturated to 32 bits"]
+    fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments and out-pointers.
+        let r = unsafe { real(free, total) };
+        if !r.is_success() {
+            return r;
+        }
+        let Some(p) = attach::proc() else { return r };
+        let (pf, pt) = (out(free).unwrap_or(0) as u64, out(total).unwrap_or(0) as u64);
+        if let Some((f, t)) = views::mem_info(p, &driver::REAL_CUDA, pf, pt) {
+            // SAFETY: the driver just succeeded writing both.
+            unsafe {
+                sys::put(free, u32_sat(f));
+                sys::put(total, u32_sat(t));
+            }
+        }
+        r
+    }
+
+    [base: "cuDeviceTotalMem", since: 2000, ptds: false, family: "view (legacy v1)", policy: "as cuDeviceTotalMem_v2, saturated to 32 bits"]
+    fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments and out-pointer.
+        let r = unsafe { real(bytes, dev) };
+        if !r.is_success() {
+            return r;
+        }
+        let Some(p) = attach::proc() else { return r };
+        if let Some(v) = views::total_mem(p, dev, out(bytes).unwrap_or(0) as u64) {
+            // SAFETY: the driver just wrote it successfully.
+            unsafe { sys::put(bytes, u32_sat(v)) };
         }
         r
     }
@@ -558,6 +653,11 @@ fn sync_call(call: impl FnOnce() -> CUresult) -> CUresult {
     let r = call();
     limiter::after_sync();
     r
+}
+
+/// A byte count for a 32-bit out-parameter (the v1 ABI): saturated.
+fn u32_sat(v: u64) -> c_uint {
+    c_uint::try_from(v).unwrap_or(c_uint::MAX)
 }
 
 /// After a synchronize: pool charges follow what the pools gave back.

@@ -18,7 +18,7 @@ use vgpu_limiter::{target, Corrector, Measurement, Settings, Window, PPM};
 use vgpu_region::pacing::{release_lease, try_lease};
 use vgpu_region::{DegradedReason, LimiterState, SlotId};
 
-use super::source::{self, Reading};
+use super::source;
 use super::{current, set_slow, Limiter};
 use crate::driver::{NvmlDriver, REAL_NVML};
 use crate::process::{self, Job};
@@ -29,18 +29,14 @@ const PERIOD: Duration = Duration::from_millis(10);
 const SAMPLE_NS: u64 = 100_000_000;
 /// The sampler lease (renewed every window; a dead holder's expires).
 const LEASE_MS: u64 = 500;
-/// Without a region (no generation to watch), re-read the file this often.
-const REREAD_NS: u64 = 1_000_000_000;
 /// NVML that failed is tried again after this long.
 const NVML_RETRY_NS: u64 = 2_000_000_000;
 
 #[derive(Default)]
 pub struct State {
-    seen_gen: Option<u32>,
     read_once: bool,
-    reading: Reading,
-    read_ns: u64,
-    read_problem: Option<String>,
+    /// The limits snapshot version the settings were computed from.
+    seen_version: u64,
     settings: Vec<Settings>,
     sample_ns: u64,
     devs: Vec<DevJob>,
@@ -136,31 +132,23 @@ fn tick(l: &Limiter) {
 
 /// Re-reads the limits when due and sets every device's target.
 fn refresh(l: &Limiter, st: &mut State, now: u64) {
-    let gen = l.p.ledger.as_ref().map(|g| g.region().limits_generation());
-    let due = !st.read_once
-        || st.seen_gen != gen
-        || (gen.is_none() && now.saturating_sub(st.read_ns) >= REREAD_NS);
-    if due {
+    // The limits source re-reads the file when the region's limits
+    // generation moved (`vgpu limit`, `vgpu suspend` bump it).
+    if let Some(led) = &l.p.ledger {
+        crate::attach::refresh_limits(led);
+    }
+    let snap = crate::limits_source::snapshot();
+    let version = snap.map_or(0, |s| s.version);
+    if !st.read_once || version != st.seen_version {
         st.read_once = true;
-        st.seen_gen = gen;
-        st.read_ns = now;
-        match source::read(l.p, &st.reading) {
-            Ok(r) => {
-                st.reading = r;
-                st.read_problem = None;
-            }
-            Err((r, why)) => {
-                if st.read_problem.as_deref() != Some(why.as_str()) {
-                    crate::error!("{why}");
-                }
-                st.reading = r;
-                st.read_problem = Some(why);
-            }
-        }
+        st.seen_version = version;
         st.settings = l
             .devs
             .iter()
-            .map(|d| source::settings(l.p, &st.reading, d.idx, &d.uuid))
+            .map(|d| {
+                let idx = l.p.ledger.as_ref().and_then(|led| led.index(d.ord));
+                source::settings(l.p, snap, d.ord, idx, &d.uuid)
+            })
             .collect();
     }
     if st.devs.len() != l.devs.len() {
@@ -206,8 +194,8 @@ fn refresh(l: &Limiter, st: &mut State, now: u64) {
         if d.local && !t.is_pass() && st.logged_state & LOCAL_LOGGED == 0 {
             st.logged_state |= LOCAL_LOGGED;
             crate::error!(
-                "SM limit on device {}: no usable region; pacing this process alone on a private bucket (the limit holds per process, not per container)",
-                d.idx
+                "SM limit on CUDA device {}: no shared region for it; pacing this process alone on a private bucket (the limit holds per process, not per container)",
+                d.ord
             );
         }
     }

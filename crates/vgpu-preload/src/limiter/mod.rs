@@ -75,14 +75,17 @@ static HANDLERS: AtomicBool = AtomicBool::new(false);
 
 /// One device's limiter.
 pub struct Dev {
-    /// The region's (and the CUDA ordinal's) index.
+    /// The CUDA ordinal.
+    pub ord: u32,
+    /// The region device it is (by UUID; the ordinal when none).
     pub idx: u32,
     pub uuid: String,
     pub pacer: Pacer<CUevent>,
     pub markers: DriverMarkers,
     pub bucket: Bucket<'static>,
     pub slot: SlotPacing<'static>,
-    /// The bucket is this process's own (no usable region).
+    /// The bucket is this process's own (a private ledger, or no region
+    /// device for this ordinal): the limit holds per process.
     pub local: bool,
 }
 
@@ -166,26 +169,29 @@ fn build_for(p: &'static Proc, gen: u32) -> &'static Limiter {
         n = REAL_CUDA.device_count().unwrap_or(1);
     }
     let n = n.clamp(1, vgpu_region::layout::MAX_DEVICES as u32);
-    let slot = match region {
-        Some(l) => l.region().slot_pacing(l.slot()),
-        None => SlotPacing::new(None, n),
-    };
     let devs = (0..n)
-        .map(|idx| {
-            let shared = region.and_then(|l| l.region().bucket(idx));
+        .map(|ord| {
+            // The region device this ordinal is (bound by UUID).
+            let idx = region.and_then(|l| l.index(ord));
+            let shared = region.zip(idx).and_then(|(l, i)| l.region().bucket(i));
             let (bucket, local) = match shared {
-                Some(b) => (b, false),
+                Some(b) => (b, region.is_some_and(|l| l.private_cause.is_some())),
                 None => {
                     let lb: &'static LocalBucket = Box::leak(Box::new(LocalBucket::new()));
                     (lb.bucket(), true)
                 }
             };
-            let uuid = match region {
-                Some(l) if idx < l.device_count() => l.region().device_uuid(idx),
-                _ => driver::ordinal_uuid(&REAL_CUDA, idx).unwrap_or_default(),
+            let slot = match (region, idx) {
+                (Some(l), Some(_)) => l.region().slot_pacing(l.slot()),
+                _ => SlotPacing::new(None, 0),
+            };
+            let uuid = match (region, idx) {
+                (Some(l), Some(i)) => l.device_uuid(i),
+                _ => driver::ordinal_uuid(&REAL_CUDA, ord).unwrap_or_default(),
             };
             Dev {
-                idx,
+                ord,
+                idx: idx.unwrap_or(ord),
                 uuid,
                 pacer: Pacer::new(Params::default()),
                 markers: DriverMarkers::default(),

@@ -91,6 +91,68 @@ impl Mem<'_> {
         self.charges.tables()
     }
 
+    /// Records a charge under `k` with the context it lives in (see
+    /// [`Charge::ctx`]): 0, the primary context, unless this process
+    /// created contexts on `dev`, when the driver is asked (outside the
+    /// lock), so the common path takes the table lock once and asks
+    /// nothing.
+    fn record<K: std::hash::Hash + Eq>(
+        &self,
+        table: fn(&mut Tables) -> &mut Map<K, Charge>,
+        k: K,
+        dev: u32,
+        kind: Kind,
+        bytes: u64,
+    ) {
+        let charge = |ctx| Charge {
+            dev,
+            kind,
+            bytes,
+            ctx,
+        };
+        {
+            let mut t = self.tables();
+            if !t.ctxs.values().any(|c| c.dev == dev) {
+                table(&mut t).insert(k, charge(0));
+                return;
+            }
+        }
+        let cur = self.drv.ctx_current().map_or(0, |c| c.0 as usize);
+        let primary = self.charges.primary().get(&dev).map_or(0, |p| p.handle);
+        let ctx = if cur == primary { 0 } else { cur };
+        table(&mut self.tables()).insert(k, charge(ctx));
+    }
+
+    /// After the driver tore a context down (destroyed, last primary
+    /// release, reset): releases the allocations and arrays it freed with
+    /// it (`dev` and context key `ctx` as in [`Charge`]; `dev` `None`: any).
+    pub(crate) fn sweep_context(&self, dev: Option<u32>, ctx: &[usize]) {
+        let hit =
+            |c: &Charge| ctx.contains(&c.ctx) && dev.is_none_or(|d| d == c.dev) && c.kind == DATA;
+        let gone: Vec<Charge> = {
+            let mut t = self.tables();
+            let mut gone = Vec::new();
+            t.allocs.retain(|_, c| {
+                let h = hit(c);
+                if h {
+                    gone.push(*c);
+                }
+                !h
+            });
+            t.arrays.retain(|_, c| {
+                let h = hit(c);
+                if h {
+                    gone.push(*c);
+                }
+                !h
+            });
+            gone
+        };
+        for c in gone {
+            self.ledger.release(c.dev, c.kind, c.bytes);
+        }
+    }
+
     /// Logs a refusal: the first one of the process at warning level (so the
     /// operator sees why the application got CUDA_ERROR_OUT_OF_MEMORY), the
     /// rest at info.
@@ -102,8 +164,10 @@ impl Mem<'_> {
         };
         crate::log_at!(
             level,
-            "{what} of {bytes} B refused on device {dev} (CUDA_ERROR_OUT_OF_MEMORY): container budget {} B, in use {} B",
-            self.ledger.mem_limit(dev),
+            "{what} of {bytes} B refused on device {dev} (CUDA_ERROR_OUT_OF_MEMORY): container budget {}, in use {} B",
+            self.ledger
+                .mem_limit(dev)
+                .map_or_else(|| "none".to_string(), |b| format!("{b} B")),
             self.ledger.used(dev)
         );
         OOM
@@ -120,6 +184,7 @@ impl Mem<'_> {
         call: impl FnOnce() -> CUresult,
     ) -> Result<CUresult, CUresult> {
         let l = self.ledger;
+        attach::refresh_limits(l);
         if l.reserve(dev, kind, bytes).is_err() {
             // Pools give memory back at synchronizations vgpu does not see:
             // bring their charges down to what they hold, then look again.
@@ -154,9 +219,7 @@ impl Mem<'_> {
             Ok(r) => {
                 if r.is_success() {
                     match out() {
-                        Some(k) => {
-                            table(&mut self.tables()).insert(k, Charge { dev, kind, bytes });
-                        }
+                        Some(k) => self.record(table, k, dev, kind, bytes),
                         None => self.ledger.release(dev, kind, bytes),
                     }
                 }
@@ -228,14 +291,7 @@ impl Mem<'_> {
                 if actual < first {
                     l.release(dev, DATA, first - actual);
                 }
-                self.tables().allocs.insert(
-                    ptr,
-                    Charge {
-                        dev,
-                        kind: DATA,
-                        bytes: actual,
-                    },
-                );
+                self.record(|t| &mut t.allocs, ptr, dev, DATA, actual);
                 r
             }
         }

@@ -70,9 +70,88 @@ impl Mem<'_> {
         )
     }
 
-    /// `cuMemRelease`.
+    /// `cuMemRelease`: the handle goes, but its memory stays on the device
+    /// while a mapping of it lives (a common pattern: release right after
+    /// `cuMemMap`), and so does its charge, until the last `cuMemUnmap`.
     pub fn mem_release(&self, h: u64, call: impl FnOnce() -> CUresult) -> CUresult {
-        self.release_object(h, |t| &mut t.handles, call)
+        let mapped = {
+            let t = self.tables();
+            t.handle_refs.get(&h).is_some_and(|r| r.0 > 0 && !r.1)
+        };
+        if !mapped {
+            let r = self.release_object(h, |t| &mut t.handles, call);
+            if r.is_success() {
+                self.tables().handle_refs.remove(&h);
+            }
+            return r;
+        }
+        let r = call();
+        if r.is_success() {
+            if let Some(rf) = self.tables().handle_refs.get_mut(&h) {
+                rf.1 = true;
+            }
+        }
+        r
+    }
+
+    /// `cuMemMap` of a handle vgpu charged: one more reference to its
+    /// memory.
+    pub fn mem_map(
+        &self,
+        va: u64,
+        size: usize,
+        h: u64,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        let r = call();
+        if r.is_success() {
+            let mut t = self.tables();
+            if t.handles.contains_key(&h) {
+                t.handle_refs.entry(h).or_insert((0, false)).0 += 1;
+                t.mappings.insert(va, (size as u64, h));
+            }
+        }
+        r
+    }
+
+    /// `cuMemUnmap` of `[va, va + size)`: every mapping starting in it goes;
+    /// a released handle whose last mapping that was gives its charge back.
+    pub fn mem_unmap(&self, va: u64, size: usize, call: impl FnOnce() -> CUresult) -> CUresult {
+        let r = call();
+        if !r.is_success() {
+            return r;
+        }
+        let mut freed = Vec::new();
+        {
+            let mut t = self.tables();
+            let hit: Vec<u64> = t
+                .mappings
+                .range(va..va.saturating_add(size as u64))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in hit {
+                let Some((_, h)) = t.mappings.remove(&k) else {
+                    continue;
+                };
+                let last = match t.handle_refs.get_mut(&h) {
+                    Some(rf) => {
+                        rf.0 = rf.0.saturating_sub(1);
+                        rf.0 == 0 && rf.1
+                    }
+                    None => false,
+                };
+                if last {
+                    t.handle_refs.remove(&h);
+                    if let Some(c) = t.handles.remove(&h) {
+                        freed.push(c);
+                    }
+                }
+            }
+        }
+        for c in freed {
+            self.ledger.release(c.dev, c.kind, c.bytes);
+        }
+        r
     }
 
     /// `cuArrayCreate_v2`, `cuArray3DCreate_v2`, `cuMipmappedArrayCreate`
@@ -112,26 +191,37 @@ impl Mem<'_> {
         )
     }
 
-    /// `cuCtxDestroy_v2`.
+    /// `cuCtxDestroy_v2`: the context's estimate, and what the driver freed
+    /// with it.
     pub fn ctx_destroy(&self, ctx: usize, call: impl FnOnce() -> CUresult) -> CUresult {
-        self.release_object(ctx, |t| &mut t.ctxs, call)
+        let r = self.release_object(ctx, |t| &mut t.ctxs, call);
+        if r.is_success() && ctx != 0 {
+            self.sweep_context(None, &[ctx]);
+        }
+        r
     }
 
     /// `cuDevicePrimaryCtxRetain`: charged at the first retain of each
-    /// device.
-    pub fn primary_retain(&self, dev: i32, call: impl FnOnce() -> CUresult) -> CUresult {
+    /// device; `out` reads the context handle the driver returned.
+    pub fn primary_retain(
+        &self,
+        dev: i32,
+        out: impl Fn() -> Option<usize>,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
         let l = self.ledger;
         let dev = dev.max(0) as u32;
         let mut prim = self.charges.primary();
-        let e = prim.entry(dev).or_insert((0, 0));
-        if e.0 == 0 {
+        let e = prim.entry(dev).or_default();
+        let r = if e.refs == 0 {
             let est = self.context_memory;
             if l.reserve(dev, CONTEXT, est).is_err() {
                 return self.refuse(dev, "primary context", est);
             }
             let r = call();
             if r.is_success() {
-                *e = (1, est);
+                e.refs = 1;
+                e.charge = est;
             } else {
                 l.release(dev, CONTEXT, est);
             }
@@ -139,15 +229,22 @@ impl Mem<'_> {
         } else {
             let r = call();
             if r.is_success() {
-                e.0 += 1;
+                e.refs += 1;
             }
             r
+        };
+        if r.is_success() {
+            if let Some(h) = out() {
+                e.handle = h;
+            }
         }
+        r
     }
 
     /// `cuDevicePrimaryCtxRelease(_v2)`: the last release returns the
     /// charge. `reset`: `cuDevicePrimaryCtxReset(_v2)` drops the context
-    /// outright.
+    /// outright. Either way, once the primary context is gone, so are the
+    /// allocations and arrays in it: their charges go too.
     pub fn primary_release(
         &self,
         dev: i32,
@@ -157,18 +254,27 @@ impl Mem<'_> {
         let dev = dev.max(0) as u32;
         let mut prim = self.charges.primary();
         let r = call();
-        if r.is_success() {
-            if let Some(e) = prim.get_mut(&dev) {
-                if reset {
-                    e.0 = 0;
-                } else {
-                    e.0 = e.0.saturating_sub(1);
-                }
-                if e.0 == 0 && e.1 != 0 {
-                    self.ledger.release(dev, CONTEXT, e.1);
-                    e.1 = 0;
+        if !r.is_success() {
+            return r;
+        }
+        let mut gone = reset;
+        let mut handle = 0;
+        if let Some(e) = prim.get_mut(&dev) {
+            handle = e.handle;
+            e.refs = if reset { 0 } else { e.refs.saturating_sub(1) };
+            if e.refs == 0 {
+                gone = true;
+                if e.charge != 0 {
+                    self.ledger.release(dev, CONTEXT, e.charge);
+                    e.charge = 0;
                 }
             }
+        }
+        drop(prim);
+        if gone {
+            // Charged as "the primary" (0), or under its handle when it
+            // was asked for before we knew the handle was the primary's.
+            self.sweep_context(Some(dev), &[0, handle]);
         }
         r
     }

@@ -224,6 +224,7 @@ impl Mem<'_> {
                     dev: pc.dev,
                     kind: DATA,
                     bytes: share,
+                    ctx: 0,
                 },
             );
         }

@@ -322,7 +322,13 @@ fn own_pools_host_pools_and_destroy_with_allocations_out() {
 fn primary_contexts_are_charged_once_and_refcounted() {
     let f = fixture(&[64 * MIB]);
     let m = f.mem();
-    let retain = || m.primary_retain(0, || f.drv.primary_retain(0).err().unwrap_or(SUCCESS));
+    let retain = || {
+        m.primary_retain(
+            0,
+            || None,
+            || f.drv.primary_retain(0).err().unwrap_or(SUCCESS),
+        )
+    };
     let release = || m.primary_release(0, false, || f.drv.primary_release(0));
     assert!(retain().is_success());
     assert!(retain().is_success());
@@ -346,9 +352,11 @@ fn primary_contexts_are_charged_once_and_refcounted() {
     // No room for the estimate: refused without asking the driver.
     let g = fixture(&[4 * MIB]);
     let calls = g.drv.count("cuDevicePrimaryCtxRetain");
-    let r = g
-        .mem()
-        .primary_retain(0, || g.drv.primary_retain(0).err().unwrap_or(SUCCESS));
+    let r = g.mem().primary_retain(
+        0,
+        || None,
+        || g.drv.primary_retain(0).err().unwrap_or(SUCCESS),
+    );
     assert_eq!(r, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     assert_eq!(g.drv.count("cuDevicePrimaryCtxRetain"), calls);
 }
@@ -476,4 +484,478 @@ fn arrays_are_charged_by_size_and_released_by_destroy() {
         .array_destroy(h, || f.drv.array_destroy(CUarray(h as *mut _)))
         .is_success());
     assert_eq!(f.used(0), 0);
+}
+
+#[test]
+fn unrepresentable_sizes_never_reach_the_driver_and_counters_hold() {
+    // Unlimited and limited devices alike.
+    let f = fixture(&[0, 256 * MIB]);
+    let p = f.alloc(64 * MIB).unwrap();
+    for huge in [u64::MAX, (1 << 56) + 1] {
+        assert_eq!(f.alloc(huge), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(f.used(0), 64 * MIB, "{huge}: no wrap");
+    }
+    assert_eq!(f.drv.count("cuMemAlloc_v2"), 1, "refused before the driver");
+    f.drv.set_current(1);
+    assert_eq!(f.alloc(u64::MAX), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    assert_eq!(f.used(1), 0);
+    f.drv.set_current(0);
+    assert_eq!(f.free(p), SUCCESS);
+    assert_eq!(f.used(0), 0);
+}
+
+impl Fixture {
+    /// `cuMemCreate` of a device handle through the policy.
+    fn vmm_create(&self, bytes: u64) -> u64 {
+        let prop = CUmemAllocationProp {
+            type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+            requestedHandleTypes: 0,
+            location: CUmemLocation {
+                type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                id: 0,
+            },
+            win32HandleMetaData: std::ptr::null_mut(),
+            allocFlags: CUmemAllocFlags::default(),
+        };
+        let h = Cell::new(None);
+        let r = self.mem().mem_create(
+            bytes as usize,
+            0,
+            || h.get(),
+            || match self.drv.mem_create(bytes as usize, &prop) {
+                Ok(x) => {
+                    h.set(Some(x));
+                    SUCCESS
+                }
+                Err(e) => e,
+            },
+        );
+        assert!(r.is_success());
+        h.get().unwrap()
+    }
+
+    fn vmm_map(&self, va: u64, size: u64, h: u64) -> CUresult {
+        self.mem().mem_map(va, size as usize, h, || {
+            self.drv.mem_map(va, size as usize, h)
+        })
+    }
+
+    fn vmm_unmap(&self, va: u64, size: u64) -> CUresult {
+        self.mem()
+            .mem_unmap(va, size as usize, || self.drv.mem_unmap(va, size as usize))
+    }
+
+    fn vmm_release(&self, h: u64) -> CUresult {
+        self.mem().mem_release(h, || self.drv.mem_release(h))
+    }
+}
+
+#[test]
+fn vmm_charge_follows_the_physical_memory_through_release_while_mapped() {
+    let f = fixture(&[256 * MIB]);
+    let va = 0x10_0000_0000u64;
+    // create -> map -> release: the memory is still on the device, and so
+    // is the charge.
+    let h = f.vmm_create(64 * MIB);
+    assert_eq!(f.vmm_map(va, 64 * MIB, h), SUCCESS);
+    assert_eq!(f.vmm_release(h), SUCCESS);
+    assert_eq!(f.drv.in_use(0), 64 * MIB);
+    assert_eq!(f.used(0), 64 * MIB, "charged while mapped");
+    // Mapped twice: the first unmap keeps it, the last returns it.
+    let h2 = f.vmm_create(32 * MIB);
+    assert_eq!(f.vmm_map(va + (1 << 30), 32 * MIB, h2), SUCCESS);
+    assert_eq!(f.vmm_map(va + (2 << 30), 32 * MIB, h2), SUCCESS);
+    assert_eq!(f.vmm_release(h2), SUCCESS);
+    assert_eq!(f.vmm_unmap(va + (1 << 30), 32 * MIB), SUCCESS);
+    assert_eq!(f.used(0), 96 * MIB);
+    assert_eq!(f.drv.in_use(0), 96 * MIB);
+    assert_eq!(f.vmm_unmap(va + (2 << 30), 32 * MIB), SUCCESS);
+    assert_eq!(f.used(0), 64 * MIB);
+    // One unmap over a range covering the first mapping.
+    assert_eq!(f.vmm_unmap(va, 1 << 30), SUCCESS);
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+    // unmap first, release after: returned at the release.
+    let h3 = f.vmm_create(16 * MIB);
+    assert_eq!(f.vmm_map(va, 16 * MIB, h3), SUCCESS);
+    assert_eq!(f.vmm_unmap(va, 16 * MIB), SUCCESS);
+    assert_eq!(f.used(0), 16 * MIB, "the handle still holds it");
+    assert_eq!(f.vmm_release(h3), SUCCESS);
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+    // A second release of a released, mapped handle is the driver's error
+    // and changes nothing.
+    let h4 = f.vmm_create(8 * MIB);
+    assert_eq!(f.vmm_map(va, 8 * MIB, h4), SUCCESS);
+    assert_eq!(f.vmm_release(h4), SUCCESS);
+    assert_ne!(f.vmm_release(h4), SUCCESS);
+    assert_eq!(f.used(0), 8 * MIB);
+    assert_eq!(f.vmm_unmap(va, 8 * MIB), SUCCESS);
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+}
+
+/// One call of a random sequence: every allocating family, both ABIs
+/// where they differ in what reaches the policy (the v1 calls' 32-bit
+/// sizes), and the calls that free.
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { bytes: u64, v1: bool },
+    Managed(u64),
+    Pitch { width: u32, height: u32, v1: bool },
+    Free(usize),
+    Array { w: u32, h: u32 },
+    Array3d { w: u32, h: u32, d: u32 },
+    ArrayDestroy(usize),
+    VmmCreate(u64),
+    VmmMap(usize),
+    VmmUnmap(usize),
+    VmmRelease(usize),
+    CtxCreate,
+    CtxDestroy(usize),
+    AllocAsync(u64),
+    FreeAsync(usize),
+    Huge,
+    PrimaryRetain,
+    PrimaryRelease,
+    PrimaryReset,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let mib = 1..=48u64;
+    prop_oneof![
+        (mib.clone(), any::<bool>()).prop_map(|(m, v1)| Op::Alloc {
+            bytes: m * MIB - 4096,
+            v1
+        }),
+        mib.clone().prop_map(|m| Op::Managed(m * MIB)),
+        (1000..5000u32, 100..4000u32, any::<bool>()).prop_map(|(width, height, v1)| Op::Pitch {
+            width,
+            height,
+            v1
+        }),
+        any::<usize>().prop_map(Op::Free),
+        (1..2048u32, 1..2048u32).prop_map(|(w, h)| Op::Array { w, h }),
+        (1..512u32, 1..512u32, 1..32u32).prop_map(|(w, h, d)| Op::Array3d { w, h, d }),
+        any::<usize>().prop_map(Op::ArrayDestroy),
+        mib.clone().prop_map(|m| Op::VmmCreate(m * 2 * MIB)),
+        any::<usize>().prop_map(Op::VmmMap),
+        any::<usize>().prop_map(Op::VmmUnmap),
+        any::<usize>().prop_map(Op::VmmRelease),
+        Just(Op::CtxCreate),
+        any::<usize>().prop_map(Op::CtxDestroy),
+        mib.prop_map(|m| Op::AllocAsync(m * MIB)),
+        any::<usize>().prop_map(Op::FreeAsync),
+        Just(Op::Huge),
+        Just(Op::PrimaryRetain),
+        Just(Op::PrimaryRelease),
+        Just(Op::PrimaryReset),
+    ]
+}
+
+/// What the test knows is live (to pick objects for frees).
+#[derive(Default)]
+struct Live {
+    ptrs: Vec<u64>,
+    arrays: Vec<usize>,
+    /// (handle, mapped addresses, released)
+    vmm: Vec<(u64, Vec<u64>, bool)>,
+    ctxs: Vec<usize>,
+    async_ptrs: Vec<u64>,
+    primary: u32,
+    next_va: u64,
+}
+
+fn pick<T>(v: &[T], i: usize) -> Option<usize> {
+    (!v.is_empty()).then(|| i % v.len())
+}
+
+impl Fixture {
+    /// Runs one op through the policy against the fake driver.
+    fn apply(&self, live: &mut Live, op: &Op) {
+        let out = Cell::new(None);
+        let ok = |r: CUresult, v: &Cell<Option<u64>>| r.is_success().then(|| v.get()).flatten();
+        match *op {
+            Op::Alloc { bytes, v1 } => {
+                // The v1 ABI's size is 32 bits wide.
+                let bytes = if v1 {
+                    bytes.min(u64::from(u32::MAX))
+                } else {
+                    bytes
+                };
+                if let Ok(p) = self.alloc(bytes) {
+                    live.ptrs.push(p);
+                }
+            }
+            Op::Managed(bytes) => {
+                if let Ok(p) = self.alloc(bytes) {
+                    live.ptrs.push(p);
+                }
+            }
+            Op::Pitch { width, height, v1 } => {
+                let (w, h) = if v1 {
+                    (width as usize, height as usize)
+                } else {
+                    (width as usize * 3, height as usize)
+                };
+                let got = Cell::new(None);
+                let r = self.mem().alloc_pitch(
+                    w,
+                    h,
+                    || got.get(),
+                    || match self.drv.mem_alloc_pitch(w, h, 4) {
+                        Ok(x) => {
+                            got.set(Some(x));
+                            SUCCESS
+                        }
+                        Err(e) => e,
+                    },
+                );
+                if r.is_success() {
+                    live.ptrs.push(got.get().unwrap().0);
+                }
+            }
+            Op::Free(i) => {
+                if let Some(k) = pick(&live.ptrs, i) {
+                    let p = live.ptrs.swap_remove(k);
+                    assert_eq!(self.free(p), SUCCESS);
+                }
+            }
+            Op::Array { w, h } | Op::Array3d { w, h, d: 1 } => {
+                let desc = CUDA_ARRAY_DESCRIPTOR {
+                    Width: w as usize,
+                    Height: h as usize,
+                    Format: CU_AD_FORMAT_FLOAT,
+                    NumChannels: 1,
+                };
+                let bytes = super::array_bytes(&desc).unwrap();
+                let r = self.mem().array_create(
+                    bytes,
+                    || out.get().map(|x| x as usize),
+                    || match self.drv.array_create(&desc) {
+                        Ok(a) => {
+                            out.set(Some(a.0 as u64));
+                            SUCCESS
+                        }
+                        Err(e) => e,
+                    },
+                );
+                if let Some(a) = ok(r, &out) {
+                    live.arrays.push(a as usize);
+                }
+            }
+            Op::Array3d { w, h, d } => {
+                // The fake sizes arrays in 2D: fold the depth into the height.
+                let desc = CUDA_ARRAY_DESCRIPTOR {
+                    Width: w as usize,
+                    Height: (h * d) as usize,
+                    Format: CU_AD_FORMAT_FLOAT,
+                    NumChannels: 1,
+                };
+                let d3 = CUDA_ARRAY3D_DESCRIPTOR {
+                    Width: w as usize,
+                    Height: h as usize,
+                    Depth: d as usize,
+                    Format: CU_AD_FORMAT_FLOAT,
+                    NumChannels: 1,
+                    Flags: 0,
+                };
+                let bytes = super::array3d_bytes(&d3).unwrap();
+                let r = self.mem().array_create(
+                    bytes,
+                    || out.get().map(|x| x as usize),
+                    || match self.drv.array_create(&desc) {
+                        Ok(a) => {
+                            out.set(Some(a.0 as u64));
+                            SUCCESS
+                        }
+                        Err(e) => e,
+                    },
+                );
+                if let Some(a) = ok(r, &out) {
+                    live.arrays.push(a as usize);
+                }
+            }
+            Op::ArrayDestroy(i) => {
+                if let Some(k) = pick(&live.arrays, i) {
+                    let a = live.arrays.swap_remove(k);
+                    let r = self.mem().array_destroy(a, || {
+                        self.drv.array_destroy(CUarray(a as *mut std::ffi::c_void))
+                    });
+                    assert_eq!(r, SUCCESS);
+                }
+            }
+            Op::VmmCreate(bytes) => {
+                let prop = CUmemAllocationProp {
+                    type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+                    requestedHandleTypes: 0,
+                    location: CUmemLocation {
+                        type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                        id: 0,
+                    },
+                    win32HandleMetaData: std::ptr::null_mut(),
+                    allocFlags: CUmemAllocFlags::default(),
+                };
+                let r = self.mem().mem_create(
+                    bytes as usize,
+                    0,
+                    || out.get(),
+                    || match self.drv.mem_create(bytes as usize, &prop) {
+                        Ok(h) => {
+                            out.set(Some(h));
+                            SUCCESS
+                        }
+                        Err(e) => e,
+                    },
+                );
+                if let Some(h) = ok(r, &out) {
+                    live.vmm.push((h, Vec::new(), false));
+                }
+            }
+            Op::VmmMap(i) => {
+                if let Some(k) = pick(&live.vmm, i) {
+                    if !live.vmm[k].2 {
+                        live.next_va += 1 << 32;
+                        let va = 0x1000_0000_0000 + live.next_va;
+                        assert_eq!(self.vmm_map(va, MIB, live.vmm[k].0), SUCCESS);
+                        live.vmm[k].1.push(va);
+                    }
+                }
+            }
+            Op::VmmUnmap(i) => {
+                if let Some(k) = pick(&live.vmm, i) {
+                    if let Some(va) = live.vmm[k].1.pop() {
+                        assert_eq!(self.vmm_unmap(va, MIB), SUCCESS);
+                    }
+                    if live.vmm[k].2 && live.vmm[k].1.is_empty() {
+                        live.vmm.swap_remove(k);
+                    }
+                }
+            }
+            Op::VmmRelease(i) => {
+                if let Some(k) = pick(&live.vmm, i) {
+                    if !live.vmm[k].2 {
+                        assert_eq!(self.vmm_release(live.vmm[k].0), SUCCESS);
+                        live.vmm[k].2 = true;
+                        if live.vmm[k].1.is_empty() {
+                            live.vmm.swap_remove(k);
+                        }
+                    }
+                }
+            }
+            Op::CtxCreate => {
+                let r = self.mem().ctx_create(
+                    0,
+                    || out.get().map(|c| c as usize),
+                    || match self.drv.ctx_create(0, 0) {
+                        Ok(c) => {
+                            out.set(Some(c.0 as u64));
+                            SUCCESS
+                        }
+                        Err(e) => e,
+                    },
+                );
+                if let Some(c) = ok(r, &out) {
+                    live.ctxs.push(c as usize);
+                }
+            }
+            Op::CtxDestroy(i) => {
+                if let Some(k) = pick(&live.ctxs, i) {
+                    let c = live.ctxs.swap_remove(k);
+                    let r = self.mem().ctx_destroy(c, || {
+                        self.drv.ctx_destroy(CUcontext(c as *mut std::ffi::c_void))
+                    });
+                    assert_eq!(r, SUCCESS);
+                }
+            }
+            Op::AllocAsync(bytes) => {
+                if let Ok(p) = self.alloc_async(bytes, None) {
+                    live.async_ptrs.push(p);
+                }
+            }
+            Op::FreeAsync(i) => {
+                if let Some(k) = pick(&live.async_ptrs, i) {
+                    let p = live.async_ptrs.swap_remove(k);
+                    assert_eq!(self.free_async(p), SUCCESS);
+                }
+            }
+            Op::Huge => {
+                let calls = self.drv.count("cuMemAlloc_v2");
+                assert_eq!(
+                    self.alloc(u64::MAX),
+                    Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+                );
+                assert_eq!(self.drv.count("cuMemAlloc_v2"), calls);
+            }
+            Op::PrimaryRetain => {
+                let r = self.mem().primary_retain(
+                    0,
+                    || Some(0x100),
+                    || self.drv.primary_retain(0).err().unwrap_or(SUCCESS),
+                );
+                if r.is_success() {
+                    live.primary += 1;
+                }
+            }
+            Op::PrimaryRelease | Op::PrimaryReset if live.primary == 0 => {}
+            Op::PrimaryRelease => {
+                let last = live.primary == 1;
+                let r = self.mem().primary_release(0, false, || {
+                    let r = self.drv.primary_release(0);
+                    if last {
+                        self.teardown_primary(live);
+                    }
+                    r
+                });
+                assert_eq!(r, SUCCESS);
+                live.primary -= 1;
+            }
+            Op::PrimaryReset => {
+                let r = self.mem().primary_release(0, true, || {
+                    self.drv.state().primary.insert(0, 0);
+                    self.teardown_primary(live);
+                    SUCCESS
+                });
+                assert_eq!(r, SUCCESS);
+                live.primary = 0;
+            }
+        }
+    }
+
+    /// What the driver does when the primary context goes: its linear
+    /// allocations and arrays go with it (every one here lives in it).
+    fn teardown_primary(&self, live: &mut Live) {
+        let mut s = self.drv.state();
+        for p in live
+            .ptrs
+            .drain(..)
+            .chain(live.arrays.drain(..).map(|a| a as u64))
+        {
+            if let Some((dev, b)) = s.allocs.remove(&p) {
+                s.in_use[dev as usize] -= b;
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// For random sequences of allocation calls across every family, the
+    /// ledger equals what the driver holds for the container (plus the
+    /// context estimates it charges), and never passes the budget.
+    #[test]
+    fn the_ledger_equals_what_the_driver_holds(ops in proptest::collection::vec(op(), 1..80)) {
+        let limit = 512 * MIB;
+        let f = fixture(&[limit]);
+        let mut live = Live::default();
+        for (i, op) in ops.iter().enumerate() {
+            f.apply(&mut live, op);
+            let contexts = (live.ctxs.len() as u64 + u64::from(live.primary > 0)) * 8 * MIB;
+            proptest::prop_assert_eq!(
+                f.used(0),
+                f.drv.in_use(0) + contexts,
+                "after op {} {:?}", i, op
+            );
+            proptest::prop_assert!(f.used(0) <= limit, "over the budget after {:?}", op);
+        }
+    }
 }

@@ -11,15 +11,17 @@ use crate::driver::CudaDriver;
 use crate::memory::{self, Mem};
 
 pub mod nvml;
+pub mod procs;
 pub mod visible;
 
 /// The virtual (free, total) for a device: total = min(limit, physical),
 /// free = total − the container's usage (never below zero, never above
-/// the physical free). Limit 0: the physical values.
-pub fn view(limit: u64, used: u64, phys_free: u64, phys_total: u64) -> (u64, u64) {
-    if limit == 0 {
+/// the physical free). No limit: the physical values; a zero budget (a
+/// process failing closed with nothing to go on) shows a GPU of 0 bytes.
+pub fn view(limit: Option<u64>, used: u64, phys_free: u64, phys_total: u64) -> (u64, u64) {
+    let Some(limit) = limit else {
         return (phys_free, phys_total);
-    }
+    };
     let total = limit.min(phys_total);
     (total.saturating_sub(used).min(phys_free), total)
 }
@@ -35,22 +37,18 @@ pub fn mem_info(
 ) -> Option<(u64, u64)> {
     let ndev = p.ndev.load(std::sync::atomic::Ordering::Relaxed);
     let dev = memory::current_dev(ndev, drv);
-    let limit = p.mem_limit(dev);
-    if limit == 0 {
-        return None;
-    }
+    let limit = p.mem_limit(dev)?;
     // Pools may have given memory back unseen: their charges follow first.
     if let Some(m) = Mem::of(p, drv) {
         m.settle_all_pools();
     }
-    Some(view(limit, p.used(dev), phys_free, phys_total))
+    Some(view(Some(limit), p.used(dev), phys_free, phys_total))
 }
 
 /// `cuDeviceTotalMem_v2` after the driver answered `phys`: the limit
 /// (capped by the physical total), or `None` without one.
 pub fn total_mem(p: &Proc, dev: i32, phys: u64) -> Option<u64> {
-    let limit = p.mem_limit(dev.max(0) as u32);
-    (limit != 0).then(|| limit.min(phys))
+    p.mem_limit(dev.max(0) as u32).map(|l| l.min(phys))
 }
 
 #[cfg(test)]
@@ -77,11 +75,13 @@ mod tests {
 
     #[test]
     fn view_never_underflows() {
-        assert_eq!(view(0, 5, 7, 9), (7, 9));
-        assert_eq!(view(2 * G, G / 2, 70 * G, 80 * G), (2 * G - G / 2, 2 * G));
-        assert_eq!(view(2 * G, 3 * G, 70 * G, 80 * G), (0, 2 * G));
-        assert_eq!(view(100 * G, 0, 70 * G, 80 * G), (70 * G, 80 * G));
-        assert_eq!(view(2 * G, 0, G, 80 * G), (G, 2 * G));
+        assert_eq!(view(None, 5, 7, 9), (7, 9));
+        assert_eq!(view(Some(0), 0, 7, 9), (0, 0));
+        let g2 = Some(2 * G);
+        assert_eq!(view(g2, G / 2, 70 * G, 80 * G), (2 * G - G / 2, 2 * G));
+        assert_eq!(view(g2, 3 * G, 70 * G, 80 * G), (0, 2 * G));
+        assert_eq!(view(Some(100 * G), 0, 70 * G, 80 * G), (70 * G, 80 * G));
+        assert_eq!(view(g2, 0, G, 80 * G), (G, 2 * G));
     }
 
     #[test]
@@ -116,19 +116,38 @@ mod tests {
     }
 
     #[test]
-    fn views_without_a_region_use_the_environment_or_nothing() {
+    fn views_show_exactly_what_is_enforced() {
         let drv = FakeCuda::new(1, 80 * G);
-        // A limit but no region (it could not be used): the limit, nothing used.
-        let p = proc_with(None, &[("CUDA_DEVICE_MEMORY_LIMIT", "4g")], 1);
-        assert_eq!(mem_info(&p, &drv, 80 * G, 80 * G), Some((4 * G, 4 * G)));
+        // The shared region could not be used but a limit is configured: a
+        // private ledger holds it, and the view is that ledger's.
+        let dev = |lim| {
+            vec![NewDevice {
+                uuid: "GPU-a".into(),
+                mem_limit: lim,
+                sm_limit: 0,
+            }]
+        };
+        let l = Ledger::private(dev(4 * G), vgpu_region::Unusable::Corrupt).unwrap();
+        l.reserve(0, DATA, G).unwrap();
+        assert!(l.reserve(0, DATA, 3 * G + 1).is_err(), "enforced");
+        let p = proc_with(Some(l), &[("CUDA_DEVICE_MEMORY_LIMIT", "4g")], 1);
+        assert_eq!(mem_info(&p, &drv, 80 * G, 80 * G), Some((3 * G, 4 * G)));
         assert_eq!(total_mem(&p, 0, 80 * G), Some(4 * G));
-        // No limit anywhere: untouched, and no device query was needed.
-        let p = proc_with(None, &[], 1);
+        // No ledger (no limit configured anywhere): the driver's answers,
+        // even if the environment names a limit nothing enforces.
+        let p = proc_with(None, &[("CUDA_DEVICE_MEMORY_LIMIT", "4g")], 1);
         assert_eq!(mem_info(&p, &drv, 80 * G, 80 * G), None);
         assert_eq!(total_mem(&p, 0, 80 * G), None);
         assert_eq!(drv.count("cuCtxGetDevice"), 0);
+        // A zero budget (failing closed with nothing to go on): a 0-byte GPU.
+        let l = Ledger::private(dev(0), vgpu_region::Unusable::Corrupt).unwrap();
+        l.set_budget(0, Some(0));
+        assert!(l.reserve(0, DATA, 1).is_err());
+        let p = proc_with(Some(l), &[], 1);
+        assert_eq!(mem_info(&p, &drv, 80 * G, 80 * G), Some((0, 0)));
         // A limit larger than the device: the device's size.
-        let p = proc_with(None, &[("CUDA_DEVICE_MEMORY_LIMIT", "100g")], 1);
+        let l = Ledger::private(dev(100 * G), vgpu_region::Unusable::Corrupt).unwrap();
+        let p = proc_with(Some(l), &[], 1);
         assert_eq!(total_mem(&p, 0, 80 * G), Some(80 * G));
     }
 }

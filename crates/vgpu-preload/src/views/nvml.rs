@@ -16,6 +16,8 @@ use crate::attach;
 use crate::config;
 use crate::driver::NvmlDriver;
 use crate::ledger::View;
+use crate::limits_source;
+use crate::views::procs::{members, Member};
 
 /// Physical NVML devices in CUDA ordinal order: (NVML index, handle).
 pub type DeviceMap = [(u32, usize)];
@@ -154,29 +156,57 @@ impl NvmlView<'_> {
 
     /// After a successful `nvmlDeviceGetMemoryInfo(_v2)` that reported
     /// (`free`, `total`): the virtual (free, total), or `None` without a
-    /// limit. `budget` gives (limit, container usage) of a CUDA ordinal.
+    /// limit. `budget` gives (limit, container usage) of a CUDA ordinal and
+    /// its device's UUID.
     pub fn memory(
         &self,
         dev: nvmlDevice_t,
         free: u64,
         total: u64,
-        budget: impl Fn(u32) -> (u64, u64),
+        budget: impl Fn(u32, &str) -> (Option<u64>, u64),
     ) -> Option<(u64, u64)> {
         let ord = self.ordinal_of(dev)?;
-        let (limit, used) = budget(ord);
-        (limit != 0).then(|| super::view(limit, used, free, total))
+        let uuid = self.nvml.device_uuid(dev).unwrap_or_default();
+        let (limit, used) = budget(ord, &uuid);
+        limit.map(|l| super::view(Some(l), used, free, total))
     }
 }
 
-/// (limit, container usage) of CUDA ordinal `ord`; limit 0 = none. An
+/// (limit, container usage) of CUDA ordinal `ord`; `None` = no limit. An
 /// attached process asks its own ledger; a process that only asks NVML
-/// (nvidia-smi, a monitor) reads the region without claiming a slot; before
-/// the region exists (it is created at the first cuInit) the environment's
-/// limit applies with nothing in use.
-pub fn budget(ord: u32) -> (u64, u64) {
+/// (nvidia-smi, a monitor) reads the region without claiming a slot, with
+/// the limits from the limits source (the file, else the environment
+/// lowered by the region's copy: never the region alone); before the
+/// region exists (it is created at the first cuInit) those limits apply
+/// with nothing in use.
+pub fn budget(ord: u32, uuid: &str) -> (Option<u64>, u64) {
     if let Some(p) = attach::attached() {
         return (p.mem_limit(ord), p.used(ord));
     }
+    let cfg = config::process_config();
+    let v = nvml_only_view();
+    let limits = limits_source::snapshot().unwrap_or_else(|| limits_source::SOURCE.load(cfg));
+    match v {
+        // The region's device of this UUID (the region's order may not be
+        // this process's); a region without UUIDs: by index.
+        Some(view) => match view.device_index(uuid).or_else(|| {
+            (ord < view.device_count() && view.device_uuid(ord).is_empty()).then_some(ord)
+        }) {
+            Some(d) => (
+                limits
+                    .device(Some(ord), uuid, Some(view.display_limit(d)))
+                    .memory,
+                view.used(d),
+            ),
+            None => (None, 0),
+        },
+        None => (limits.device(Some(ord), uuid, None).memory, 0),
+    }
+}
+
+/// The read-only look at the region of a process that only asks NVML
+/// (opened once, published by compare-exchange), `None` without one.
+fn nvml_only_view() -> Option<&'static View> {
     static VIEW: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
     let cfg = config::process_config();
     let mut v = VIEW.load(Ordering::Acquire);
@@ -204,9 +234,25 @@ pub fn budget(ord: u32) -> (u64, u64) {
         }
     }
     // SAFETY: VIEW only holds null or a leaked, never-freed Box<View>.
-    match unsafe { v.as_ref() } {
-        Some(view) => (view.mem_limit(ord), view.used(ord)),
-        None => (cfg.mem_limit(ord), 0),
+    unsafe { v.as_ref() }
+}
+
+impl NvmlView<'_> {
+    /// The container's processes on NVML device `dev` (by its UUID in the
+    /// region this process uses: shared, private or read-only), and whether
+    /// the memory view there is the budget's; `None` when no region
+    /// applies (NVML's own lists stand).
+    pub fn container(&self, dev: nvmlDevice_t) -> Option<(Vec<Member>, bool)> {
+        let uuid = self.nvml.device_uuid(dev).ok()?;
+        let region = match attach::attached() {
+            Some(p) => p.ledger.as_ref()?.region(),
+            None => nvml_only_view()?.region(),
+        };
+        let d = region.device_index(&uuid)?;
+        let charged = self
+            .ordinal_of(dev)
+            .is_some_and(|o| budget(o, &uuid).0.is_some());
+        Some((members(region, d), charged))
     }
 }
 
@@ -275,7 +321,13 @@ mod tests {
         let map = VisibleMap::new();
         let v = view(&nvml, Some("1"), &map);
         // CUDA ordinal 0 is physical 1; only it has a budget.
-        let budget = |ord: u32| if ord == 0 { (2 * G, G / 2) } else { (0, 0) };
+        let budget = |ord: u32, _: &str| {
+            if ord == 0 {
+                (Some(2 * G), G / 2)
+            } else {
+                (None, 0)
+            }
+        };
         assert_eq!(
             v.memory(FakeNvml::handle(1), 80 * G, 80 * G, budget),
             Some((2 * G - G / 2, 2 * G))

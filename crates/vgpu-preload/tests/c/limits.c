@@ -434,9 +434,9 @@ static void routes(size_t limit, CUdevice dev) {
     CUresult r = pGetProc("cuNoSuchEntryPoint", &q, 12090, 0, &st);
     CHECK(r == CUDA_ERROR_NOT_FOUND && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
           "unknown name via cuGetProcAddress_v2: %u / status %d", r, (int)st);
-    /* v1 cuMemAlloc (32-bit ABI) is not hooked: the driver's pointer. */
+    /* v1 cuMemAlloc (32-bit ABI) is hooked too: our pointer. */
     p = by_proc("cuMemAlloc", 2000, 0);
-    CHECK(!p || !is_ours(p), "cuMemAlloc@2000 (v1 ABI) is passed through (%s)", obj_of(p));
+    CHECK(p && is_ours(p), "cuMemAlloc@2000 (v1 ABI) is the hook (%s)", obj_of(p));
 }
 
 static void fill(size_t limit) {

@@ -207,7 +207,9 @@ pub fn region_at(path: &Path, limits: &[u64]) -> vgpu_region::Region {
             .iter()
             .enumerate()
             .map(|(i, &l)| vgpu_region::DeviceConfig {
-                uuid: format!("GPU-test-{i}"),
+                // The simulated device's own UUID: processes bind their
+                // CUDA ordinals to region devices by UUID.
+                uuid: vgpu_sim::Machine::device_uuid_string(i),
                 mem_limit: l,
                 sm_limit: 0,
             })
