@@ -156,7 +156,8 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
         l.policy.map_or("-", |p| p.name()),
         l.priority.map_or_else(|| "-".into(), |p| p.to_string()),
         if l.is_suspended() { "yes" } else { "no" },
-        l.hold.map_or_else(String::new, |h| format!(", priority hold {h}%"))
+        l.hold
+            .map_or_else(String::new, |h| format!(", priority hold {h}%"))
     );
     o
 }

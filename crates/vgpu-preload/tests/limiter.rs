@@ -240,7 +240,13 @@ fn every_path_and_route_is_paced_and_unlimited_pays_nothing() {
     let mut ts: Vec<Tenant> = routes
         .iter()
         .zip(&cs)
-        .map(|(r, c)| Tenant::spawn(&c.cache, &[r, ALL_PATHS, "1200", "1000", "async"], &c.env(&[])))
+        .map(|(r, c)| {
+            Tenant::spawn(
+                &c.cache,
+                &[r, ALL_PATHS, "1200", "1000", "async"],
+                &c.env(&[]),
+            )
+        })
         .collect();
     let mut unlimited = Tenant::spawn(
         &free.cache,
@@ -293,7 +299,11 @@ fn a_synchronizing_loop_is_held() {
         &c.env(&[]),
     );
     for (path, a, b, _) in t.windows(Duration::from_secs(60)) {
-        in_band(&format!("sync {path}"), share(&[t.pid], a + 500_000_000, b), 30.0);
+        in_band(
+            &format!("sync {path}"),
+            share(&[t.pid], a + 500_000_000, b),
+            30.0,
+        );
     }
     t.finish();
 }
@@ -304,8 +314,16 @@ fn two_tenants_at_30_and_70_each_hold_their_share() {
     let _x = exclusive();
     let a = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
     let b = container(Some("vgpu-limits 1\ndevice * sm=70\n"));
-    let mut ta = Tenant::spawn(&a.cache, &["direct", "kernel", "7000", "200", "async"], &a.env(&[]));
-    let mut tb = Tenant::spawn(&b.cache, &["direct", "kernel", "7000", "200", "async"], &b.env(&[]));
+    let mut ta = Tenant::spawn(
+        &a.cache,
+        &["direct", "kernel", "7000", "200", "async"],
+        &a.env(&[]),
+    );
+    let mut tb = Tenant::spawn(
+        &b.cache,
+        &["direct", "kernel", "7000", "200", "async"],
+        &b.env(&[]),
+    );
     let wa = ta.windows(Duration::from_secs(60));
     let wb = tb.windows(Duration::from_secs(60));
     // The common span, after a second of settling.
@@ -325,7 +343,11 @@ fn policies_disable_default_and_force() {
     for (policy, limited) in [("disable", false), ("default", true), ("force", true)] {
         let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
         let env = c.env(&[("GPU_CORE_UTILIZATION_POLICY", policy)]);
-        let mut t = Tenant::spawn(&c.cache, &["direct", "kernel", "2500", "500", "async"], &env);
+        let mut t = Tenant::spawn(
+            &c.cache,
+            &["direct", "kernel", "2500", "500", "async"],
+            &env,
+        );
         let w = t.windows(Duration::from_secs(60));
         let got = share(&[t.pid], w[0].1 + 500_000_000, w[0].2);
         let state = c.slot_of(t.pid).limiter.state;
@@ -361,7 +383,11 @@ fn suspend_stops_launches_until_resume_and_queries_answer() {
     // Queued work drains within a bank (tens of ms); then nothing runs.
     let during = share(&[t.pid], t_suspend + 300_000_000, t_resume);
     assert!(during < 2.0, "suspended but running {during:.1} %");
-    in_band("after resume", share(&[t.pid], t_resume + 500_000_000, end), 40.0);
+    in_band(
+        "after resume",
+        share(&[t.pid], t_resume + 500_000_000, end),
+        40.0,
+    );
     assert!(t.fact("queries") > 100, "queries did not run");
     assert!(
         t.fact("query_max_us") < 200_000,
@@ -418,9 +444,17 @@ fn identity_failing_at_every_tier_still_limits_visibly() {
         ("LIBVGPU_IDENTITY_TIERS", "broker,procfs"),
         ("LIBVGPU_HOSTPID_BROKER", absent.to_str().unwrap()),
     ]);
-    let mut t = Tenant::spawn(&c.cache, &["direct", "kernel", "3000", "500", "async"], &env);
+    let mut t = Tenant::spawn(
+        &c.cache,
+        &["direct", "kernel", "3000", "500", "async"],
+        &env,
+    );
     let w = t.windows(Duration::from_secs(60));
-    in_band("identity failed", share(&[t.pid], w[0].1 + s(1), w[0].2), 30.0);
+    in_band(
+        "identity failed",
+        share(&[t.pid], w[0].1 + s(1), w[0].2),
+        30.0,
+    );
     let slot = c.slot_of(t.pid);
     assert_eq!(slot.limiter.state, "DegradedIdentity", "{:?}", slot.limiter);
     assert_eq!(slot.limiter.reason, "IdentityFailed", "{:?}", slot.limiter);
@@ -436,17 +470,23 @@ fn an_unusable_region_fails_closed_on_a_private_bucket() {
     let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
     // A directory where the region file should be: it cannot be mapped.
     std::fs::create_dir(&c.cache).unwrap();
-    let mut t = Tenant::spawn(&c.cache, &["direct", "kernel", "3000", "500", "async"], &c.env(&[]));
+    let mut t = Tenant::spawn(
+        &c.cache,
+        &["direct", "kernel", "3000", "500", "async"],
+        &c.env(&[]),
+    );
     let w = t.windows(Duration::from_secs(60));
-    in_band("private bucket", share(&[t.pid], w[0].1 + s(1), w[0].2), 30.0);
+    in_band(
+        "private bucket",
+        share(&[t.pid], w[0].1 + s(1), w[0].2),
+        30.0,
+    );
     t.finish();
 }
 
 fn s(n: u64) -> u64 {
     n * 1_000_000_000
 }
-
-
 
 /// Priority: the node side's hold (`hold N` in a low-priority container's
 /// limits file, written while a busy high-priority container shares the

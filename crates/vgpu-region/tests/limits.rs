@@ -351,7 +351,10 @@ fn a_priority_hold_parses_renders_and_is_bounded() {
         let t = format!("vgpu-limits 1\n{bad}\n");
         assert!(Limits::parse(&t).is_err(), "{bad:?} accepted");
     }
-    assert!(Limits::parse("vgpu-limits 1\nhold 0\nhold 5\n").is_err(), "twice");
+    assert!(
+        Limits::parse("vgpu-limits 1\nhold 0\nhold 5\n").is_err(),
+        "twice"
+    );
     let mut v = l.clone();
     v.hold = Some(200);
     assert!(v.validate().is_err());

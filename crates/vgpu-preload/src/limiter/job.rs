@@ -186,7 +186,13 @@ fn refresh(l: &Limiter, st: &mut State, now: u64) {
         // The slot shows the first paced device's state (else device 0's).
         let replace = match shown {
             None => true,
-            Some((s0, _)) => !t.is_pass() && matches!(s0, LimiterState::NotStarted | LimiterState::Unlimited | LimiterState::Disabled),
+            Some((s0, _)) => {
+                !t.is_pass()
+                    && matches!(
+                        s0,
+                        LimiterState::NotStarted | LimiterState::Unlimited | LimiterState::Disabled
+                    )
+            }
         };
         if replace {
             shown = Some((t.state, reason));

@@ -339,8 +339,5 @@ pub fn capture_ended(r: CUresult) {
 /// For `vgpu inspect`-like checks in tests: the pacing target of device
 /// `dev` in this image, if built.
 pub fn target_of(dev: u32) -> Option<vgpu_limiter::Target> {
-    current()?
-        .devs
-        .get(dev as usize)
-        .map(|d| d.pacer.target())
+    current()?.devs.get(dev as usize).map(|d| d.pacer.target())
 }

@@ -28,7 +28,13 @@ fn env_policy(p: UtilPolicy) -> Policy {
 
 /// The settings of CUDA ordinal `ord` (region device `idx`, UUID `uuid`)
 /// under the snapshot `s` (`None`: not loaded, the environment alone).
-pub fn settings(p: &Proc, s: Option<&Snapshot>, ord: u32, idx: Option<u32>, uuid: &str) -> Settings {
+pub fn settings(
+    p: &Proc,
+    s: Option<&Snapshot>,
+    ord: u32,
+    idx: Option<u32>,
+    uuid: &str,
+) -> Settings {
     let Some(s) = s else {
         let sm = p.cfg.sm_limit(ord);
         return Settings {
