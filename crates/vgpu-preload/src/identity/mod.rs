@@ -284,7 +284,7 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
             let what = describe(&res);
             if !FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
                 crate::warn!(
-                    "host PID unknown ({what}); the SM limit still holds (markers, uncorrected); retrying with backoff off the launch path"
+                    "host PID unknown ({what}); the SM limit stays configured and holds (markers, uncorrected); retrying with backoff off the launch path"
                 );
             } else {
                 crate::debug!("host PID still unknown after {attempts} attempt(s) ({what}); next try in {wait:?}");

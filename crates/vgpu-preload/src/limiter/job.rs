@@ -217,9 +217,11 @@ const LOCAL_LOGGED: u32 = 1 << 31;
 /// One log line per degraded state entered.
 fn log_state(st: &mut State, state: LimiterState, reason: DegradedReason) {
     let bit = 1u32 << state.code().min(30);
+    // Identity failures have their own one line (the identity module's);
+    // the limiter says only what identity does not.
     let degraded = matches!(
-        state,
-        LimiterState::DegradedIdentity | LimiterState::DegradedTiming
+        reason,
+        DegradedReason::NoEvents | DegradedReason::NvmlUnavailable
     );
     if !degraded || st.logged_state & bit != 0 {
         return;
@@ -230,7 +232,7 @@ fn log_state(st: &mut State, state: LimiterState, reason: DegradedReason) {
         DegradedReason::NvmlUnavailable => {
             "NVML per-process samples are unavailable: markers pace uncorrected"
         }
-        _ => "host PID unknown: markers pace uncorrected (identity retried with backoff)",
+        _ => "markers pace uncorrected",
     };
     crate::warn!(
         "SM limiter degraded ({}): {what}; the limit still holds",
