@@ -354,7 +354,7 @@ mod tests {
             released: AtomicU32::new(0),
         };
         let mut now = 1_000_000_000u64;
-        let mut go = |kind: Kind, now: &mut u64| {
+        let go = |kind: Kind, now: &mut u64| {
             for _ in 0..1000 {
                 match pacer.admit(&k, &cells, *now, 0, kind) {
                     Admit::Go(t) => {
