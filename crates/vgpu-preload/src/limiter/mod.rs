@@ -141,7 +141,12 @@ fn build() -> Option<&'static Limiter> {
             BUILDING.store(0, Ordering::Release);
             if let Some(l) = built {
                 job::first_refresh(l);
-                job::start();
+                // Without a region nothing can change later (no limits
+                // generation to watch, no utilization to publish), so an
+                // unlimited process without one needs no thread.
+                if l.p.ledger.is_some() || SLOW.load(Ordering::Acquire) {
+                    job::start();
+                }
             }
             return built;
         }
