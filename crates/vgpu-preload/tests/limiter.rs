@@ -223,9 +223,10 @@ impl Container {
     }
 }
 
-const ALL_PATHS: &str = "kernel,ex,coop,graph,kernel_ptsz,ex_ptsz,coop_ptsz,graph_ptsz";
+const ALL_PATHS: &str = "kernel,ex,coop,graph,kernel_ptsz,ex_ptsz,coop_ptsz,graph_ptsz,multi";
 
-/// Every launch path through every route, limited to 20 % (four
+/// Every launch path (`cuLaunchCooperativeKernelMultiDevice` included)
+/// through every route, limited to 20 % (four
 /// containers at once, 80 % of the device), and an unlimited container
 /// beside them that pays no pacing.
 #[test]
@@ -255,7 +256,7 @@ fn every_path_and_route_is_paced_and_unlimited_pays_nothing() {
     );
     for (t, r) in ts.iter_mut().zip(routes) {
         let w = t.windows(Duration::from_secs(90));
-        assert_eq!(w.len(), 8, "{r}: {w:?}");
+        assert_eq!(w.len(), 9, "{r}: {w:?}");
         for (path, a, b, n) in &w {
             assert!(*n > 0, "{r} {path}: no launch");
             in_band(&format!("{r} {path}"), share(&[t.pid], *a, *b), 20.0);

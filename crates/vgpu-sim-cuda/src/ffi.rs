@@ -1130,6 +1130,31 @@ cu! {
         unsafe { launch_kernel(f, [gx, gy, gz], [bx, by, bz], s, params, true, true) }
     }
 
+    fn cuLaunchCooperativeKernelMultiDevice(
+        list: *mut CUDA_LAUNCH_PARAMS, n: c_uint, _flags: c_uint
+    ) {
+        if list.is_null() || n == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        for i in 0..n as usize {
+            // SAFETY: the caller's array of `n` launch parameters (C contract).
+            let l = unsafe { *list.add(i) };
+            // SAFETY: kernelParams per the C contract.
+            unsafe {
+                launch_kernel(
+                    l.function,
+                    [l.gridDimX, l.gridDimY, l.gridDimZ],
+                    [l.blockDimX, l.blockDimY, l.blockDimZ],
+                    l.hStream,
+                    l.kernelParams,
+                    false,
+                    true,
+                )
+            }?;
+        }
+        Ok(())
+    }
+
     // ---- streams ----
     fn cuStreamCreate(s: *mut CUstream, flags: c_uint) {
         if s.is_null() {

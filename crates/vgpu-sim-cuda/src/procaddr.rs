@@ -139,6 +139,7 @@ pub fn table() -> &'static [Entry] {
             "cuLaunchKernelEx" 11060 pt => cuLaunchKernelEx_ptsz,
             "cuLaunchCooperativeKernel" 9000 => cuLaunchCooperativeKernel,
             "cuLaunchCooperativeKernel" 9000 pt => cuLaunchCooperativeKernel_ptsz,
+            "cuLaunchCooperativeKernelMultiDevice" 9000 => cuLaunchCooperativeKernelMultiDevice,
             "cuStreamCreate" 2000 => cuStreamCreate,
             "cuStreamCreateWithPriority" 5050 => cuStreamCreateWithPriority,
             "cuStreamDestroy" 2000 => cuStreamDestroy,

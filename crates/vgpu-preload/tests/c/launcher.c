@@ -7,7 +7,8 @@
  * symbol), dlsym (dlsym on dlopen("libcuda.so.1")), proc11 (the v1
  * cuGetProcAddress at cudaVersion 11080), proc12 (cuGetProcAddress_v2 at
  * 12090). PATHS: comma-separated kernel, ex, coop, graph, each optionally
- * with _ptsz. MODE: async (flat out) or sync (launch then
+ * with _ptsz, and multi (cuLaunchCooperativeKernelMultiDevice, one
+ * device). MODE: async (flat out) or sync (launch then
  * cuStreamSynchronize). Each path runs for WINDOW_MS; per path one line
  * "window PATH START_NS END_NS LAUNCHES" (CLOCK_MONOTONIC). With
  * LAUNCHER_QUERY=1 a second thread calls cuMemGetInfo every 10 ms and the
@@ -39,6 +40,7 @@ typedef CUresult (*launch_ex_t)(const CUlaunchConfig *, CUfunction, void **, voi
 typedef CUresult (*coop_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void **);
 typedef CUresult (*graph_t)(CUgraphExec, CUstream);
+typedef CUresult (*multi_t)(CUDA_LAUNCH_PARAMS *, unsigned, unsigned);
 typedef CUresult (*proc_v1_t)(const char *, void **, int, cuuint64_t);
 
 static const char *route;
@@ -69,6 +71,13 @@ static void *resolve(const char *base, int ptsz) {
             p = ptsz ? (void *)cuLaunchCooperativeKernel_ptsz : (void *)cuLaunchCooperativeKernel;
         else if (!strcmp(base, "cuGraphLaunch"))
             p = ptsz ? (void *)cuGraphLaunch_ptsz : (void *)cuGraphLaunch;
+        else if (!strcmp(base, "cuLaunchCooperativeKernelMultiDevice")) {
+/* Deprecated since CUDA 11.3, still exported: the limiter paces it. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+            p = (void *)cuLaunchCooperativeKernelMultiDevice;
+#pragma GCC diagnostic pop
+        }
     } else if (!strcmp(route, "dlsym")) {
         p = dlsym(libcuda, name);
     } else {
@@ -182,6 +191,7 @@ int main(int argc, char **argv) {
         launch_ex_t launch_ex = NULL;
         coop_t coop = NULL;
         graph_t graph = NULL;
+        multi_t multi = NULL;
         if (!strcmp(base, "kernel"))
             launch = (launch_t)resolve("cuLaunchKernel", ptsz);
         else if (!strcmp(base, "ex"))
@@ -190,8 +200,17 @@ int main(int argc, char **argv) {
             coop = (coop_t)resolve("cuLaunchCooperativeKernel", ptsz);
         else if (!strcmp(base, "graph"))
             graph = (graph_t)resolve("cuGraphLaunch", ptsz);
+        else if (!strcmp(base, "multi"))
+            multi = (multi_t)resolve("cuLaunchCooperativeKernelMultiDevice", 0);
         else
             die(p, -2);
+        CUDA_LAUNCH_PARAMS lp;
+        memset(&lp, 0, sizeof lp);
+        lp.function = fn;
+        lp.gridDimX = lp.gridDimY = lp.gridDimZ = 1;
+        lp.blockDimX = 128;
+        lp.blockDimY = lp.blockDimZ = 1;
+        lp.kernelParams = params;
         CUlaunchConfig cfg;
         memset(&cfg, 0, sizeof cfg);
         cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
@@ -205,6 +224,8 @@ int main(int argc, char **argv) {
                 r = launch_ex(&cfg, fn, params, NULL);
             else if (coop)
                 r = coop(fn, 1, 1, 1, 128, 1, 1, 0, NULL, params);
+            else if (multi)
+                r = multi(&lp, 1, 0);
             else
                 r = graph(exec, NULL);
             if (r)
