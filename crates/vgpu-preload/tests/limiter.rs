@@ -136,6 +136,19 @@ impl Tenant {
             .unwrap()
     }
 
+    /// The number after `WORD PATH` on a line starting with `word`.
+    fn fact_word(&self, word: &str) -> u64 {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 3 && f[0] == word).then(|| f[2].parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no {word} line"))
+    }
+
     fn finish(mut self) {
         drop(self.stdin.take());
         let st = self.child.wait().expect("wait");
@@ -223,10 +236,11 @@ impl Container {
     }
 }
 
-const ALL_PATHS: &str = "kernel,ex,coop,graph,kernel_ptsz,ex_ptsz,coop_ptsz,graph_ptsz,multi";
+const ALL_PATHS: &str =
+    "kernel,ex,coop,graph,kernel_ptsz,ex_ptsz,coop_ptsz,graph_ptsz,multi,capture";
 
-/// Every launch path (`cuLaunchCooperativeKernelMultiDevice` included)
-/// through every route, limited to 20 % (four
+/// Every launch path (`cuLaunchCooperativeKernelMultiDevice` and a
+/// stream capture's graph included) through every route, limited to 20 % (four
 /// containers at once, 80 % of the device), and an unlimited container
 /// beside them that pays no pacing.
 #[test]
@@ -256,11 +270,15 @@ fn every_path_and_route_is_paced_and_unlimited_pays_nothing() {
     );
     for (t, r) in ts.iter_mut().zip(routes) {
         let w = t.windows(Duration::from_secs(90));
-        assert_eq!(w.len(), 9, "{r}: {w:?}");
+        assert_eq!(w.len(), 10, "{r}: {w:?}");
         for (path, a, b, n) in &w {
             assert!(*n > 0, "{r} {path}: no launch");
             in_band(&format!("{r} {path}"), share(&[t.pid], *a, *b), 20.0);
         }
+        // 50 captured launches of 1 ms at 20 % would take about 250 ms if
+        // they were paced; they do not run, so they are not.
+        let us = t.fact_word("capture");
+        assert!(us < 100_000, "{r}: capturing 50 launches took {us} us");
     }
     let w = unlimited.windows(Duration::from_secs(60));
     let s = unlimited_slot(&free, unlimited.pid);

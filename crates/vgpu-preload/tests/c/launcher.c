@@ -7,8 +7,10 @@
  * symbol), dlsym (dlsym on dlopen("libcuda.so.1")), proc11 (the v1
  * cuGetProcAddress at cudaVersion 11080), proc12 (cuGetProcAddress_v2 at
  * 12090). PATHS: comma-separated kernel, ex, coop, graph, each optionally
- * with _ptsz, and multi (cuLaunchCooperativeKernelMultiDevice, one
- * device). MODE: async (flat out) or sync (launch then
+ * with _ptsz, multi (cuLaunchCooperativeKernelMultiDevice, one device)
+ * and capture (50 cuLaunchKernel captured on a stream into a graph, the
+ * capture's duration reported as "capture US", then the graph launched
+ * flat out). MODE: async (flat out) or sync (launch then
  * cuStreamSynchronize). Each path runs for WINDOW_MS; per path one line
  * "window PATH START_NS END_NS LAUNCHES" (CLOCK_MONOTONIC). With
  * LAUNCHER_QUERY=1 a second thread calls cuMemGetInfo every 10 ms and the
@@ -202,7 +204,27 @@ int main(int argc, char **argv) {
             graph = (graph_t)resolve("cuGraphLaunch", ptsz);
         else if (!strcmp(base, "multi"))
             multi = (multi_t)resolve("cuLaunchCooperativeKernelMultiDevice", 0);
-        else
+        else if (!strcmp(base, "capture")) {
+            /* Captured launches do not run: they must not be paced. */
+            launch_t cap = (launch_t)resolve("cuLaunchKernel", 0);
+            CUstream cs;
+            if ((r = cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING)))
+                die("cuStreamCreate", r);
+            if ((r = cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_GLOBAL)))
+                die("cuStreamBeginCapture", r);
+            uint64_t t0 = now_ns();
+            for (int i = 0; i < 50; i++)
+                if ((r = cap(fn, 1, 1, 1, 128, 1, 1, 0, cs, params, NULL)))
+                    die("captured cuLaunchKernel", r);
+            uint64_t t1 = now_ns();
+            CUgraph cg;
+            if ((r = cuStreamEndCapture(cs, &cg)))
+                die("cuStreamEndCapture", r);
+            if ((r = cuGraphInstantiate(&exec, cg, 0)))
+                die("cuGraphInstantiate (captured)", r);
+            printf("capture %s %llu\n", p, (unsigned long long)((t1 - t0) / 1000));
+            graph = (graph_t)resolve("cuGraphLaunch", 0);
+        } else
             die(p, -2);
         CUDA_LAUNCH_PARAMS lp;
         memset(&lp, 0, sizeof lp);
