@@ -3,7 +3,9 @@ simulated GPU, as a user runs them: non-interactively, while a worker
 process holds 512 MiB. Bare, each must exit 0 with nothing on stderr,
 show the device's memory and list the worker with its memory; under
 libvgpu.so with a 2 GiB budget (worker and monitor in one container: one
-shared region), the same with the budget as the total.
+shared region), the same with the budget as the total, and the worker
+listed with what the container's ledger charges it (its 512 MiB and the
+256 MiB context estimate), the figure `used` shows too.
 
 Run by scripts/test in .cache/venv with the environment `vgpu sim env`
 prints; VGPU_PRELOAD_LIB names libvgpu.so (unset: bare only).
@@ -75,6 +77,13 @@ class Container:
     def total_mib(self):
         return 2048 if self.preload else None
 
+    @property
+    def proc_mib(self):
+        # Under libvgpu.so a process is listed with its charge (the context
+        # estimate, LIBVGPU_CONTEXT_MEMORY's default 256 MiB, included), so
+        # the list agrees with the memory view's used.
+        return 512 + 256 if self.preload else 512
+
 
 def modes():
     lib = os.environ.get("VGPU_PRELOAD_LIB")
@@ -99,7 +108,9 @@ class Monitors(unittest.TestCase):
             self.assertGreaterEqual(gpu["memory.used"], 512)
             procs = {p["pid"]: p for p in gpu["processes"]}
             self.assertIn(c.worker.pid, procs, out)
-            self.assertEqual(procs[c.worker.pid]["gpu_memory_usage"], 512)
+            self.assertEqual(procs[c.worker.pid]["gpu_memory_usage"], c.proc_mib)
+            if c.preload:
+                self.assertEqual(gpu["memory.used"], c.proc_mib, out)
             for key in ("temperature.gpu", "power.draw", "enforced.power.limit", "utilization.gpu"):
                 self.assertIsNotNone(gpu[key], key)
         self.each(check)
@@ -108,7 +119,7 @@ class Monitors(unittest.TestCase):
         def check(c):
             rc, out, err = c.run("gpustat", "--no-color", "-p")
             self.assertEqual((rc, err), (0, ""), out)
-            self.assertIn(f"/{c.worker.pid}(512M)", out)
+            self.assertIn(f"/{c.worker.pid}({c.proc_mib}M)", out)
             if c.total_mib:
                 self.assertIn(f"/  {c.total_mib} MB", out)
         self.each(check)
@@ -119,7 +130,7 @@ class Monitors(unittest.TestCase):
             self.assertEqual((rc, err), (0, ""), out)
             self.assertNotIn("Traceback", out)
             rows = [l for l in out.splitlines() if f" {c.worker.pid} " in l]
-            self.assertTrue(rows and "512.0MiB" in rows[0], out)
+            self.assertTrue(rows and f"{c.proc_mib}.0MiB" in rows[0], out)
             if c.total_mib:
                 self.assertIn(f"/ {c.total_mib}MiB", out)
             else:

@@ -81,6 +81,12 @@ pub fn refresh_limits(l: &Ledger) {
         return;
     }
     limits_source::refresh_if_changed(gen);
+    if !limits_source::settled(gen) {
+        // Another thread is re-reading the file (or a newer generation came
+        // meanwhile): keep the budgets in force, look again next call, so a
+        // stale snapshot is never marked as this generation's.
+        return;
+    }
     apply_budgets(l, false);
     l.applied_generation.store(gen, Ordering::Release);
 }
@@ -295,7 +301,9 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
         if ndev == 0 {
             ndev = l.device_count();
         }
-        apply_budgets(l, true);
+        // Disagreements with the region are said once, when the ordinals
+        // are bound by UUID (bind_devices, after the real cuInit).
+        apply_budgets(l, false);
         l.applied_generation
             .store(l.limits_generation(), Ordering::Release);
         crate::debug!("attached to region {} slot {:?}", l.path, l.slot());

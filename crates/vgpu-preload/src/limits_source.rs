@@ -210,6 +210,11 @@ pub fn refresh_if_changed(region_generation: u64) -> bool {
     SOURCE.refresh_if_changed(region_generation)
 }
 
+/// See [`LimitsSource::settled`].
+pub fn settled(region_generation: u64) -> bool {
+    SOURCE.settled(region_generation)
+}
+
 /// The file to read for `cfg`: `/etc/vgpu/limits` when anything is there,
 /// else `LIBVGPU_LIMITS_FILE`.
 pub fn locate(cfg: &Config) -> Option<PathBuf> {
@@ -322,6 +327,12 @@ impl LimitsSource {
         self.seen.store(region_generation, Ordering::Release);
         self.refreshing.store(false, Ordering::Release);
         changed
+    }
+
+    /// Whether the snapshot reflects generation `gen` (it was acted on and
+    /// no re-read is under way): budgets computed now are current.
+    pub fn settled(&self, gen: u64) -> bool {
+        !self.refreshing.load(Ordering::Acquire) && self.seen.load(Ordering::Acquire) == gen
     }
 
     fn reread(&self, cur: &'static Snapshot) -> bool {
@@ -511,6 +522,7 @@ mod tests {
         src.load(&cfg(d.path(), Some(&f), &[]));
         // The first generation seen: re-read, unchanged.
         assert!(!src.refresh_if_changed(7));
+        assert!(src.settled(7) && !src.settled(8));
         write(&f, "vgpu-limits 1\ndevice * memory=2147483648\n");
         // Same generation: not re-read.
         assert!(!src.refresh_if_changed(7));

@@ -148,6 +148,39 @@ pub fn at_fork_child(f: unsafe extern "C" fn()) -> bool {
     unsafe { libc::pthread_atfork(None, None, Some(f)) == 0 }
 }
 
+/// Who process `pid` (as this process's procfs names it) is: its start
+/// time in clock ticks since boot, its PID-namespace inode and its PID in
+/// that namespace (the last `NStgid` field); `None` when it cannot be read
+/// (gone, another user's, not in our procfs).
+pub fn proc_identity(pid: u32) -> Option<ProcId> {
+    use std::os::unix::fs::MetadataExt;
+    let st = vgpu_region::ident::stat_of(pid).ok()?;
+    if st.pid != pid {
+        return None;
+    }
+    let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?.ino();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let inner = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NStgid:"))
+        .and_then(|v| v.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(pid);
+    Some(ProcId {
+        start_ticks: st.start_ticks,
+        pid_ns: ns,
+        inner_pid: inner,
+    })
+}
+
+/// See [`proc_identity`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcId {
+    pub start_ticks: u64,
+    pub pid_ns: u64,
+    pub inner_pid: u32,
+}
+
 pub fn getpid() -> c_int {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() }

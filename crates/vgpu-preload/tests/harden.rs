@@ -122,6 +122,9 @@ fn the_limits_file_wins_over_env_and_region_and_changes_apply_live() {
     assert_eq!(c.info().1, 256 * MIB);
     assert_eq!(c.rc(&format!("alloc {}", 256 * MIB)), OK);
     assert_eq!(c.rc("alloc 1"), OOM);
+    // A monitor of the same container (NVML only, no context).
+    let mut monitor = Client::start(&e);
+    assert_eq!(num(&monitor.ask("nvmlprocs"), "total"), 256 * MIB);
     // A tenant writing the mapped header changes nothing that is enforced.
     let r = vgpu_region::Region::open(&cache).unwrap();
     r.set_limits(0, vgpu_region::Limits { mem: 0, sm: 0 });
@@ -133,6 +136,12 @@ fn the_limits_file_wins_over_env_and_region_and_changes_apply_live() {
     assert_eq!(c.rc(&format!("alloc {}", 256 * MIB)), OK, "raised live");
     assert_eq!(c.rc("alloc 1"), OOM);
     assert_eq!(c.info().1, 512 * MIB);
+    assert_eq!(
+        num(&monitor.ask("nvmlprocs"), "total"),
+        512 * MIB,
+        "the monitor follows too"
+    );
+    monitor.quit();
     // A corrupted file fails closed on the last good limits, loudly.
     write_limits(&file, "vgpu-limits 1\ndevice * memory=lots\n");
     r.bump_limits_generation().unwrap();

@@ -95,7 +95,13 @@ fn list_hook<T: Entry>(
     };
     match fetch(real) {
         // SAFETY: the caller's (count, infos), per NVML's contract.
-        Ok(all) => unsafe { copy_out(&procs::filter(&all, &mine, charged), count, infos) },
+        Ok(all) => unsafe {
+            copy_out(
+                &procs::filter(&all, &mine, charged, &sys::proc_identity),
+                count,
+                infos,
+            )
+        },
         Err(e) => e,
     }
 }
@@ -243,7 +249,7 @@ TABLE;
         // SAFETY: forwarding with our own buffers.
         match fetch(|n, b| unsafe { real(device, b, n, lastSeenTimeStamp) }) {
             Ok(all) => {
-                let list = procs::filter_samples(&all, &mine);
+                let list = procs::filter_samples(&all, &mine, &sys::proc_identity);
                 // SAFETY: the caller's (count, samples), per NVML's contract.
                 let r = unsafe { copy_out(&list, processSamplesCount, utilization) };
                 if list.is_empty() && r.is_success() {
@@ -278,7 +284,7 @@ TABLE;
         })
         .unwrap_or_default();
         // SAFETY: the driver just filled `utilization`.
-        unsafe { sys::put(utilization, procs::utilization(&samples, &mine)) };
+        unsafe { sys::put(utilization, procs::utilization(&samples, &mine, &sys::proc_identity)) };
         r
     }
 }

@@ -57,7 +57,14 @@ impl<'a> Mem<'a> {
 /// The policy when a region applies, attaching first if needed.
 #[inline]
 pub fn limited() -> Option<Mem<'static>> {
-    Mem::of(attach::proc()?, &REAL_CUDA)
+    let p = attach::proc()?;
+    // Ordinals bind to the region's devices by UUID once the driver can
+    // list them (normally inside cuInit already): before any charge, so a
+    // charge and its release always map to the same device.
+    if p.ledger.as_ref().is_some_and(|l| !l.is_bound()) {
+        p.bind_devices(&REAL_CUDA);
+    }
+    Mem::of(p, &REAL_CUDA)
 }
 
 /// The policy when a region applies and the process already attached

@@ -185,7 +185,15 @@ pub fn budget(ord: u32, uuid: &str) -> (Option<u64>, u64) {
     }
     let cfg = config::process_config();
     let v = nvml_only_view();
-    let limits = limits_source::snapshot().unwrap_or_else(|| limits_source::SOURCE.load(cfg));
+    let limits = match (limits_source::snapshot(), v) {
+        (Some(_), Some(view)) => {
+            // A monitor sees `vgpu limit` changes as the processes do.
+            limits_source::refresh_if_changed(u64::from(view.region().limits_generation()));
+            limits_source::snapshot()
+        }
+        (s, _) => s,
+    }
+    .unwrap_or_else(|| limits_source::SOURCE.load(cfg));
     match v {
         // The region's device of this UUID (the region's order may not be
         // this process's); a region without UUIDs: by index.

@@ -343,7 +343,7 @@ int main(void) {
             nvmlDeviceGetMemoryInfo(h, &m);
             nvmlUtilization_t u = {0, 0};
             nvmlReturn_t ru = nvmlDeviceGetUtilizationRates(h, &u);
-            printf(" sum=%llu used=%llu util_rc=%d gpu=%u\n", sum, m.used, (int)ru, u.gpu);
+            printf(" sum=%llu used=%llu total=%llu util_rc=%d gpu=%u\n", sum, m.used, m.total, (int)ru, u.gpu);
         } else {
             printf("%s unknown\n", cmd);
         }
