@@ -152,10 +152,12 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
     }
     let _ = writeln!(
         o,
-        "  policy {}, priority {}, suspended {}",
+        "  policy {}, priority {}, suspended {}{}",
         l.policy.map_or("-", |p| p.name()),
         l.priority.map_or_else(|| "-".into(), |p| p.to_string()),
-        if l.is_suspended() { "yes" } else { "no" }
+        if l.is_suspended() { "yes" } else { "no" },
+        l.hold
+            .map_or_else(String::new, |h| format!(", priority hold {h}%"))
     );
     o
 }

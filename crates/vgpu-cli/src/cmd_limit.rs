@@ -26,6 +26,11 @@ pub struct Args {
     /// Only this device (the region's index; default: every device).
     #[arg(long)]
     pub device: Option<u32>,
+    /// Priority hold in percent ("none" removes it): while a busy
+    /// high-priority container shares the device, a low-priority one
+    /// (`priority 1`) paces at min(its limit, the hold). Container-wide.
+    #[arg(long)]
+    pub hold: Option<String>,
     /// The limits file (default: found from the region's path, see
     /// docs/limits.md).
     #[arg(long)]
@@ -65,9 +70,17 @@ pub fn read_existing(path: &Path) -> anyhow::Result<Option<LimitsFile>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.memory.is_none() && args.sm.is_none() {
-        bail!("nothing to change: give --memory and/or --sm");
+    if args.memory.is_none() && args.sm.is_none() && args.hold.is_none() {
+        bail!("nothing to change: give --memory, --sm and/or --hold");
     }
+    let hold = match args.hold.as_deref() {
+        None => None,
+        Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
+        Some(s) => match s.trim().trim_end_matches('%').parse::<u32>() {
+            Ok(n) if n <= 100 => Some(Some(n)),
+            _ => bail!("--hold: {s:?} is not a percent 0..=100 or none"),
+        },
+    };
     let mem = match args.memory.as_deref() {
         None => None,
         Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
@@ -130,6 +143,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             line.sm = s;
         }
     }
+    if let Some(h) = hold {
+        l.hold = h;
+    }
     limits::write_limits_file_atomic(&file, &l)
         .with_context(|| format!("writing the limits file {}", file.display()))?;
     println!(
@@ -171,6 +187,60 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => println!(
             "no region at {} yet: its processes read the file when they start",
             args.cache.display()
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vgpu suspend|resume <cache> [--limits FILE]`.
+#[derive(clap::Args)]
+pub struct SuspendArgs {
+    /// The region file.
+    pub cache: PathBuf,
+    /// The limits file (default: found from the region's path, see
+    /// docs/limits.md).
+    #[arg(long)]
+    pub limits: Option<PathBuf>,
+}
+
+/// Suspends (`on`) or resumes a container: the limits file's `suspended`
+/// field, then the region's generation bump, so every process's limiter
+/// sees it within a control period. A suspended process's new launches
+/// wait; its queries, synchronizes and memory calls answer.
+pub fn suspend(args: SuspendArgs, on: bool) -> anyhow::Result<ExitCode> {
+    let file = args
+        .limits
+        .clone()
+        .unwrap_or_else(|| limits::path_for_region(&args.cache));
+    let region = match Region::open(&args.cache) {
+        Ok(r) => Some(r),
+        Err(e) if e.unusable() == Unusable::Missing => None,
+        Err(e) => return Err(e).context("the region (give an existing region file)"),
+    };
+    let old = read_existing(&file)?;
+    let mut l = match (&old, &region) {
+        (Some(l), _) => l.clone(),
+        (None, Some(r)) => seed_from(r),
+        (None, None) => LimitsFile::default(),
+    };
+    l.suspended = on.then_some(true);
+    limits::write_limits_file_atomic(&file, &l)
+        .with_context(|| format!("writing the limits file {}", file.display()))?;
+    let what = if on { "suspended" } else { "resumed" };
+    match region {
+        Some(r) => {
+            r.write_display_copy(&l)
+                .context("updating the region's display copy")?;
+            println!(
+                "{}: {what} (limits file {}; every process sees it within one control period)",
+                args.cache.display(),
+                file.display()
+            );
+        }
+        None => println!(
+            "{}: {what} in the limits file {} (no region yet: its processes read it when they start)",
+            args.cache.display(),
+            file.display()
         ),
     }
     Ok(ExitCode::SUCCESS)
@@ -228,6 +298,7 @@ mod tests {
             sm: sm.map(str::to_owned),
             device: dev,
             limits: None,
+            hold: None,
         }
     }
 
@@ -416,5 +487,46 @@ mod tests {
         );
         assert!(!p.exists(), "no region is made");
         assert!(run(args(&p, Some("3g"), None, Some(0))).is_err());
+    }
+
+    #[test]
+    fn suspend_and_resume_write_the_file_and_bump_the_generation() {
+        let dir = TempDir::new();
+        let (p, r) = region(dir.path());
+        let g0 = r.limits_generation();
+        let a = |p: &std::path::Path| SuspendArgs {
+            cache: p.to_owned(),
+            limits: None,
+        };
+        suspend(a(&p), true).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert!(f.is_suspended());
+        // The region's limits are kept in the seeded file.
+        assert_eq!(f.for_device("GPU-0").memory, Some(1 << 30));
+        assert!(r.limits_generation() > g0);
+        let g1 = r.limits_generation();
+        suspend(a(&p), false).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert!(!f.is_suspended());
+        assert!(r.limits_generation() > g1);
+    }
+
+    #[test]
+    fn a_hold_is_written_and_removed() {
+        let dir = TempDir::new();
+        let (p, _r) = region(dir.path());
+        let mut a = args(&p, None, None, None);
+        a.hold = Some("10".into());
+        run(a).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert_eq!(f.hold, Some(10));
+        let mut a = args(&p, None, None, None);
+        a.hold = Some("none".into());
+        run(a).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert_eq!(f.hold, None);
+        let mut a = args(&p, None, None, None);
+        a.hold = Some("101".into());
+        assert!(run(a).is_err());
     }
 }

@@ -32,6 +32,10 @@ enum Cmd {
     Inspect(cmd_inspect::Args),
     /// Change a region's limits live.
     Limit(cmd_limit::Args),
+    /// Suspend a container: its new launches wait until `vgpu resume`.
+    Suspend(cmd_limit::SuspendArgs),
+    /// Resume a suspended container.
+    Resume(cmd_limit::SuspendArgs),
     /// Benchmarks (burst init, region, wrapper overhead).
     #[command(subcommand)]
     Bench(cmd_bench::BenchCmd),
@@ -51,6 +55,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Demo(a) => cmd_demo::run(a),
         Cmd::Inspect(a) => cmd_inspect::run(a),
         Cmd::Limit(a) => cmd_limit::run(a),
+        Cmd::Suspend(a) => cmd_limit::suspend(a, true),
+        Cmd::Resume(a) => cmd_limit::suspend(a, false),
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Broker(a) => cmd_broker::run(a),
         Cmd::Sim(c) => cmd_sim::run(c),

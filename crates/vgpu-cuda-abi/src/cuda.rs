@@ -63,6 +63,7 @@ codes!(CUresult {
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_SYSTEM_NOT_READY = 802,
     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
     CUDA_ERROR_TIMEOUT = 909,
     CUDA_ERROR_UNKNOWN = 999,
 });
@@ -351,6 +352,32 @@ pub struct CUlaunchConfig {
     pub numAttrs: c_uint,
 }
 
+/// `CUDA_LAUNCH_PARAMS` (`cuLaunchCooperativeKernelMultiDevice`, one per device).
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct CUDA_LAUNCH_PARAMS {
+    pub function: CUfunction,
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub hStream: CUstream,
+    pub kernelParams: *mut *mut c_void,
+}
+
+/// `CUstreamCaptureStatus` (an enum in C, int-sized).
+pub type CUstreamCaptureStatus = c_uint;
+pub const CU_STREAM_CAPTURE_STATUS_NONE: c_uint = 0;
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_uint = 1;
+pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: c_uint = 2;
+/// `CUstreamCaptureMode` (an enum in C, int-sized).
+pub type CUstreamCaptureMode = c_uint;
+/// The per-thread default stream's handle (`CU_STREAM_PER_THREAD`).
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+
 /// `CUDA_KERNEL_NODE_PARAMS_v1` (the ABI of `cuGraphAddKernelNode`, unsuffixed).
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
@@ -421,6 +448,8 @@ mod layout {
         assert_eq!(size_of::<CUlaunchAttribute>(), 72);
         assert_eq!(size_of::<CUlaunchConfig>(), 56);
         assert_eq!(offset_of!(CUlaunchConfig, hStream), 32);
+        assert_eq!(size_of::<CUDA_LAUNCH_PARAMS>(), 56);
+        assert_eq!(offset_of!(CUDA_LAUNCH_PARAMS, hStream), 40);
         assert_eq!(size_of::<CUDA_KERNEL_NODE_PARAMS_v1>(), 56);
         assert_eq!(size_of::<CUDA_KERNEL_NODE_PARAMS_v2>(), 72);
         assert_eq!(size_of::<CUctxCreateParams>(), 24);

@@ -175,6 +175,10 @@ impl<M: Copy> Pacer<M> {
         }
         let est = g.est.get(kind);
         if g.meter.blocked(now_ns, est.is_some()) {
+            // What blocks us must get measured: an open burst (of another
+            // kind, before a probe) closes now, or it would wait for a
+            // launch that cannot come.
+            g.meter.close_all(k, now_ns);
             let wait = (g.meter.unmeasured_ns() / 2).clamp(p.min_wait_ns, p.period_ns);
             return Admit::Wait {
                 until_ns: now_ns + wait,
@@ -322,6 +326,53 @@ mod tests {
         fn release(&self, _m: u64) {
             self.released.fetch_add(1, Relaxed);
         }
+    }
+
+    #[test]
+    fn a_probe_after_another_kind_is_not_blocked_forever() {
+        // Kernels, then the first launch of a graph (a probe, no estimate):
+        // the kernels' open burst must close so the probe can go.
+        let pacer: Pacer<u64> = Pacer::new(Params::default());
+        let settings = Settings {
+            sm_limit: Some(30),
+            ..Settings::default()
+        };
+        let m = Measurement {
+            markers: true,
+            identity: true,
+        };
+        pacer.set_target(target(&settings, m));
+        let bucket = LocalBucket::new();
+        let slot = zeroed_slot_pacing();
+        let cells = Cells {
+            bucket: bucket.bucket(),
+            slot: SlotPacing::new(Some(&slot), 1),
+            dev: 0,
+        };
+        let k = Instant40 {
+            gpu_ns: AtomicU64::new(0),
+            released: AtomicU32::new(0),
+        };
+        let mut now = 1_000_000_000u64;
+        let go = |kind: Kind, now: &mut u64| {
+            for _ in 0..1000 {
+                match pacer.admit(&k, &cells, *now, 0, kind) {
+                    Admit::Go(t) => {
+                        k.gpu_ns.fetch_add(40_000, Relaxed);
+                        pacer.launched(&k, &cells, t, true, 0, *now);
+                        return true;
+                    }
+                    Admit::Wait { until_ns } => *now = until_ns,
+                    other => panic!("{other:?}"),
+                }
+            }
+            false
+        };
+        for _ in 0..20 {
+            assert!(go(Kind::Kernel, &mut now));
+        }
+        assert!(go(Kind::Graph(7), &mut now), "the graph probe never went");
+        assert!(go(Kind::Graph(7), &mut now));
     }
 
     #[test]

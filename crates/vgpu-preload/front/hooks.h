@@ -4,7 +4,7 @@
 #ifndef VGPU_FRONT_HOOKS_H
 #define VGPU_FRONT_HOOKS_H
 
-#define HOOK_COUNT 72
+#define HOOK_COUNT 90
 
 #define HOOKS(X) \
     X(0, cuGetProcAddress, c) \
@@ -61,24 +61,42 @@
     X(51, cuLaunchKernelEx_ptsz, c) \
     X(52, cuLaunchCooperativeKernel, c) \
     X(53, cuLaunchCooperativeKernel_ptsz, c) \
-    X(54, nvmlDeviceGetCount_v2, n) \
-    X(55, nvmlDeviceGetCount, n) \
-    X(56, nvmlDeviceGetHandleByIndex_v2, n) \
-    X(57, nvmlDeviceGetHandleByIndex, n) \
-    X(58, nvmlDeviceGetIndex, n) \
-    X(59, nvmlDeviceGetMemoryInfo, n) \
-    X(60, nvmlDeviceGetMemoryInfo_v2, n) \
-    X(61, nvmlDeviceGetComputeRunningProcesses_v3, n) \
-    X(62, nvmlDeviceGetComputeRunningProcesses_v2, n) \
-    X(63, nvmlDeviceGetComputeRunningProcesses, n) \
-    X(64, nvmlDeviceGetGraphicsRunningProcesses_v3, n) \
-    X(65, nvmlDeviceGetGraphicsRunningProcesses_v2, n) \
-    X(66, nvmlDeviceGetGraphicsRunningProcesses, n) \
-    X(67, nvmlDeviceGetMPSComputeRunningProcesses_v3, n) \
-    X(68, nvmlDeviceGetMPSComputeRunningProcesses_v2, n) \
-    X(69, nvmlDeviceGetMPSComputeRunningProcesses, n) \
-    X(70, nvmlDeviceGetProcessUtilization, n) \
-    X(71, nvmlDeviceGetUtilizationRates, n) \
+    X(54, cuLaunchCooperativeKernelMultiDevice, c) \
+    X(55, cuGraphLaunch, c) \
+    X(56, cuGraphLaunch_ptsz, c) \
+    X(57, cuStreamBeginCapture, c) \
+    X(58, cuStreamBeginCapture_ptsz, c) \
+    X(59, cuStreamBeginCapture_v2, c) \
+    X(60, cuStreamBeginCapture_v2_ptsz, c) \
+    X(61, cuStreamEndCapture, c) \
+    X(62, cuStreamEndCapture_ptsz, c) \
+    X(63, cuStreamQuery, c) \
+    X(64, cuStreamQuery_ptsz, c) \
+    X(65, cuEventQuery, c) \
+    X(66, cuMemcpyHtoD_v2, c) \
+    X(67, cuMemcpyHtoD_v2_ptds, c) \
+    X(68, cuMemcpyDtoH_v2, c) \
+    X(69, cuMemcpyDtoH_v2_ptds, c) \
+    X(70, cuMemcpyDtoD_v2, c) \
+    X(71, cuMemcpyDtoD_v2_ptds, c) \
+    X(72, nvmlDeviceGetCount_v2, n) \
+    X(73, nvmlDeviceGetCount, n) \
+    X(74, nvmlDeviceGetHandleByIndex_v2, n) \
+    X(75, nvmlDeviceGetHandleByIndex, n) \
+    X(76, nvmlDeviceGetIndex, n) \
+    X(77, nvmlDeviceGetMemoryInfo, n) \
+    X(78, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(79, nvmlDeviceGetComputeRunningProcesses_v3, n) \
+    X(80, nvmlDeviceGetComputeRunningProcesses_v2, n) \
+    X(81, nvmlDeviceGetComputeRunningProcesses, n) \
+    X(82, nvmlDeviceGetGraphicsRunningProcesses_v3, n) \
+    X(83, nvmlDeviceGetGraphicsRunningProcesses_v2, n) \
+    X(84, nvmlDeviceGetGraphicsRunningProcesses, n) \
+    X(85, nvmlDeviceGetMPSComputeRunningProcesses_v3, n) \
+    X(86, nvmlDeviceGetMPSComputeRunningProcesses_v2, n) \
+    X(87, nvmlDeviceGetMPSComputeRunningProcesses, n) \
+    X(88, nvmlDeviceGetProcessUtilization, n) \
+    X(89, nvmlDeviceGetUtilizationRates, n) \
 
 #define HOOK_NAME(i, name, lib) #name "\0"
 #define HOOK_LIB(i, name, lib) #lib

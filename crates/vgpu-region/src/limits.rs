@@ -113,6 +113,10 @@ pub struct Limits {
     pub priority: Option<i32>,
     /// `suspended 0|1`, when given (absent = not suspended).
     pub suspended: Option<bool>,
+    /// `hold N` (percent 0..=100): the node side's priority hold, written
+    /// while a busy high-priority container shares the device; a
+    /// low-priority container paces at `min(limit, hold)` (docs/limiter.md).
+    pub hold: Option<u32>,
 }
 
 /// What applies to one physical device: `None` = no limit of that kind.
@@ -359,6 +363,7 @@ struct Seen {
     policy: Option<usize>,
     priority: Option<usize>,
     suspended: Option<usize>,
+    hold: Option<usize>,
     devices: Vec<usize>,
 }
 
@@ -621,6 +626,25 @@ impl Limits {
                         }
                     });
                 }
+                "hold" => {
+                    once(&mut seen.hold, line, "hold")?;
+                    let w = single(&toks, line, "hold", "a percent 0..=100")?;
+                    out.hold = Some(
+                        digits_u64(w)
+                            .filter(|&n| n <= 100 && (w.len() == 1 || !w.starts_with('0')))
+                            .map(|n| n as u32)
+                            .ok_or_else(|| {
+                                perr(
+                                    line,
+                                    ParseProblem::BadValue {
+                                        what: "hold",
+                                        found: w.to_owned(),
+                                        expected: "a percent 0..=100",
+                                    },
+                                )
+                            })?,
+                    );
+                }
                 other => {
                     return Err(perr(
                         line,
@@ -686,6 +710,9 @@ impl Limits {
         if let Some(s) = self.suspended {
             let _ = writeln!(o, "suspended {}", u8::from(s));
         }
+        if let Some(h) = self.hold {
+            let _ = writeln!(o, "hold {h}");
+        }
         o
     }
 
@@ -693,6 +720,9 @@ impl Limits {
     /// SM 1..=100, each device once).
     pub fn validate(&self) -> Result<(), LimitsError> {
         let bad = |what: String| Err(LimitsError::Invalid { what });
+        if let Some(h) = self.hold.filter(|&h| h > 100) {
+            return bad(format!("hold {h} (0..=100)"));
+        }
         for (i, d) in self.devices.iter().enumerate() {
             if let Device::Uuid(u) = &d.device {
                 if !valid_uuid(u) {

@@ -265,8 +265,9 @@ fn limits() -> impl Strategy<Value = Limits> {
         policy,
         proptest::option::of(any::<i32>()),
         proptest::option::of(any::<bool>()),
+        proptest::option::of(0u32..=100),
     )
-        .prop_map(|(mut devices, policy, priority, suspended)| {
+        .prop_map(|(mut devices, policy, priority, suspended, hold)| {
             // One line per device (UUIDs compare ignoring ASCII case).
             let mut seen: Vec<String> = Vec::new();
             devices.retain(|d| {
@@ -280,6 +281,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                 policy,
                 priority,
                 suspended,
+                hold,
             }
         })
 }
@@ -298,6 +300,7 @@ fn near_text() -> impl Strategy<Value = String> {
         Just("policy force".to_owned()),
         Just("priority -1".to_owned()),
         Just("suspended 1".to_owned()),
+        Just("hold 10".to_owned()),
         Just("# c".to_owned()),
         Just("\n".to_owned()),
         Just("\t".to_owned()),
@@ -336,4 +339,23 @@ proptest! {
     fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
         fuzz_limits(&data);
     }
+}
+
+#[test]
+fn a_priority_hold_parses_renders_and_is_bounded() {
+    let l = Limits::parse("vgpu-limits 1\npriority 1\nhold 10\n").unwrap();
+    assert_eq!(l.hold, Some(10));
+    assert_eq!(Limits::parse(&l.render()).unwrap(), l);
+    assert!(l.render().contains("hold 10\n"));
+    for bad in ["hold 101", "hold -1", "hold x", "hold 010", "hold 1 2"] {
+        let t = format!("vgpu-limits 1\n{bad}\n");
+        assert!(Limits::parse(&t).is_err(), "{bad:?} accepted");
+    }
+    assert!(
+        Limits::parse("vgpu-limits 1\nhold 0\nhold 5\n").is_err(),
+        "twice"
+    );
+    let mut v = l.clone();
+    v.hold = Some(200);
+    assert!(v.validate().is_err());
 }

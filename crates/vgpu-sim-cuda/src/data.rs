@@ -401,6 +401,7 @@ impl Driver {
                 mark: None,
                 ipc: None,
                 remote: Some(remote),
+                captured: false,
             },
         );
         Ok(id)

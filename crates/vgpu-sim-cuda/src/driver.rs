@@ -81,6 +81,9 @@ pub struct Event {
     /// Opened from another process (`cuIpcOpenEventHandle`): it happens
     /// when that process's event does.
     pub remote: Option<(u32, u32)>,
+    /// Last recorded on a stream being captured: the record became part
+    /// of the graph, so the event cannot be queried now.
+    pub captured: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -243,6 +246,9 @@ pub struct Inner {
     /// Last work of each thread's per-thread default stream, per context
     /// (by thread id: no TLS, see `CtxStack`).
     pub pt_streams: HashMap<(i32, u64), u64>,
+    /// Streams being captured (`cuStreamBeginCapture`): stream -> the graph
+    /// their work is appended to instead of running.
+    pub captures: HashMap<u64, u64>,
 }
 
 impl Inner {
@@ -1434,6 +1440,15 @@ impl Driver {
         let waves = blocks.div_ceil(sms);
         let duration = waves.saturating_mul(block_ns);
         let pt = per_thread && stream == 0 || stream == CU_STREAM_PER_THREAD;
+        {
+            // A captured launch does not run: it becomes a node of the
+            // capture's graph.
+            let mut g = self.lock();
+            if let Some(&graph) = g.captures.get(&stream) {
+                Self::add_node(&mut g, graph, GraphNode::Kernel(*k));
+                return Ok(());
+            }
+        }
         // Validates the stream; the process's queue keeps launch order.
         self.stream_seq(ctx, stream, pt)?;
         let seq = self.m.launch(dev, duration).map_err(machine_err)?;
@@ -1560,12 +1575,26 @@ impl Driver {
                 mark: None,
                 ipc: None,
                 remote: None,
+                captured: false,
             },
         );
         Ok(id)
     }
 
     pub fn event_record(&self, e: u64, s: u64, per_thread: bool) -> R {
+        {
+            // Recorded into a capture: part of the graph, not recorded now.
+            let mut g = self.lock();
+            let capturing = g.captures.contains_key(&s);
+            let ev = g
+                .events
+                .get_mut(&e)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            ev.captured = capturing;
+            if capturing {
+                return Ok(());
+            }
+        }
         let seq = self.resolve_seq(s, per_thread)?;
         // Nothing pending before it: the event happens now.
         let at = self.m.done(seq).then(now_ns);
@@ -1606,6 +1635,7 @@ impl Driver {
     }
 
     pub fn event_synchronize(&self, e: u64) -> R {
+        self.event_captured(e)?;
         if let Some((t, n)) = self.event_remote(e)? {
             return self.m.ipc_event_wait(t, n).map_err(machine_err);
         }
@@ -1616,7 +1646,15 @@ impl Driver {
         Ok(())
     }
 
+    fn event_captured(&self, e: u64) -> R {
+        match self.lock().events.get(&e) {
+            Some(ev) if ev.captured => Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED),
+            _ => Ok(()),
+        }
+    }
+
     pub fn event_query(&self, e: u64) -> R {
+        self.event_captured(e)?;
         if let Some((t, n)) = self.event_remote(e)? {
             return if self.m.ipc_event_done(t, n) {
                 Ok(())
@@ -1658,6 +1696,8 @@ impl Driver {
     }
 
     pub fn event_elapsed(&self, a: u64, b: u64) -> R<f32> {
+        self.event_captured(a)?;
+        self.event_captured(b)?;
         let (ta, tb) = (self.event_time(a)?, self.event_time(b)?);
         Ok((tb as f64 - ta as f64) as f32 / 1e6)
     }
@@ -1737,6 +1777,40 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// `cuStreamBeginCapture*`: work queued on `stream` (an explicit
+    /// stream; the default streams are refused, as the driver refuses the
+    /// legacy one) is appended to a new graph until `end_capture`.
+    pub fn begin_capture(&self, stream: u64) -> R {
+        if stream == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD {
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        self.stream_ctx(stream)?;
+        let mut g = self.lock();
+        if g.captures.contains_key(&stream) {
+            return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+        }
+        let graph = g.id(T_GRAPH);
+        g.graphs.insert(graph, Vec::new());
+        g.captures.insert(stream, graph);
+        Ok(())
+    }
+
+    /// `cuStreamEndCapture*`: the captured graph.
+    pub fn end_capture(&self, stream: u64) -> R<u64> {
+        self.lock()
+            .captures
+            .remove(&stream)
+            .ok_or(CUresult::CUDA_ERROR_ILLEGAL_STATE)
+    }
+
+    /// `cuStreamIsCapturing*`.
+    pub fn is_capturing(&self, stream: u64) -> R<bool> {
+        if stream != 0 && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD {
+            self.stream_ctx(stream)?;
+        }
+        Ok(self.lock().captures.contains_key(&stream))
     }
 
     pub fn graph_exec_destroy(&self, exec: u64) -> R {

@@ -393,6 +393,29 @@ unsafe fn launch_kernel(
     d.launch(&k, h(stream.0), pt, cooperative)
 }
 
+fn end_capture(s: CUstream, g: *mut CUgraph) -> R {
+    if g.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let graph = drv()?.end_capture(h(s.0))?;
+    // SAFETY: non-null out-pointer from the caller.
+    unsafe { out(g, CUgraph(p(graph))) }
+}
+
+fn is_capturing(s: CUstream, st: *mut CUstreamCaptureStatus) -> R {
+    if st.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let on = drv()?.is_capturing(h(s.0))?;
+    let v = if on {
+        CU_STREAM_CAPTURE_STATUS_ACTIVE
+    } else {
+        CU_STREAM_CAPTURE_STATUS_NONE
+    };
+    // SAFETY: non-null out-pointer from the caller.
+    unsafe { out(st, v) }
+}
+
 unsafe fn launch_kernel_ex(
     config: *const CUlaunchConfig,
     f: CUfunction,
@@ -1130,6 +1153,31 @@ cu! {
         unsafe { launch_kernel(f, [gx, gy, gz], [bx, by, bz], s, params, true, true) }
     }
 
+    fn cuLaunchCooperativeKernelMultiDevice(
+        list: *mut CUDA_LAUNCH_PARAMS, n: c_uint, _flags: c_uint
+    ) {
+        if list.is_null() || n == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        for i in 0..n as usize {
+            // SAFETY: the caller's array of `n` launch parameters (C contract).
+            let l = unsafe { *list.add(i) };
+            // SAFETY: kernelParams per the C contract.
+            unsafe {
+                launch_kernel(
+                    l.function,
+                    [l.gridDimX, l.gridDimY, l.gridDimZ],
+                    [l.blockDimX, l.blockDimY, l.blockDimZ],
+                    l.hStream,
+                    l.kernelParams,
+                    false,
+                    true,
+                )
+            }?;
+        }
+        Ok(())
+    }
+
     // ---- streams ----
     fn cuStreamCreate(s: *mut CUstream, flags: c_uint) {
         if s.is_null() {
@@ -1153,6 +1201,14 @@ cu! {
     fn cuStreamSynchronize_ptsz(s: CUstream) { drv()?.stream_synchronize(h(s.0), true) }
     fn cuStreamQuery(s: CUstream) { drv()?.stream_query(h(s.0), false) }
     fn cuStreamQuery_ptsz(s: CUstream) { drv()?.stream_query(h(s.0), true) }
+    fn cuStreamBeginCapture(s: CUstream) { drv()?.begin_capture(h(s.0)) }
+    fn cuStreamBeginCapture_ptsz(s: CUstream) { drv()?.begin_capture(h(s.0)) }
+    fn cuStreamBeginCapture_v2(s: CUstream, _mode: CUstreamCaptureMode) { drv()?.begin_capture(h(s.0)) }
+    fn cuStreamBeginCapture_v2_ptsz(s: CUstream, _mode: CUstreamCaptureMode) { drv()?.begin_capture(h(s.0)) }
+    fn cuStreamEndCapture(s: CUstream, g: *mut CUgraph) { end_capture(s, g) }
+    fn cuStreamEndCapture_ptsz(s: CUstream, g: *mut CUgraph) { end_capture(s, g) }
+    fn cuStreamIsCapturing(s: CUstream, st: *mut CUstreamCaptureStatus) { is_capturing(s, st) }
+    fn cuStreamIsCapturing_ptsz(s: CUstream, st: *mut CUstreamCaptureStatus) { is_capturing(s, st) }
     fn cuStreamWaitEvent(s: CUstream, e: CUevent, _flags: c_uint) { drv()?.stream_wait_event(h(s.0), h(e.0), false) }
     fn cuStreamWaitEvent_ptsz(s: CUstream, e: CUevent, _flags: c_uint) { drv()?.stream_wait_event(h(s.0), h(e.0), true) }
 

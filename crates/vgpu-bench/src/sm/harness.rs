@@ -77,6 +77,27 @@ struct Running {
     cache: PathBuf,
 }
 
+/// The limits file of a tenant's container: `device * sm=N` (none:
+/// unlimited), as the operator writes it (docs/limits.md).
+fn limits_for(limit: Option<u32>) -> vgpu_region::limits::Limits {
+    let mut l = vgpu_region::limits::Limits::default();
+    if let Some(n) = limit {
+        l.line_mut(&vgpu_region::limits::Device::Any).sm = Some(n);
+    }
+    l
+}
+
+/// A tenant's container: its own directory with its region and the
+/// limits file next to it (where `vgpu limit` writes).
+fn container_paths(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let d = dir.join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::create_dir_all(&d);
+    let cache = d.join("region.cache");
+    let file = vgpu_region::limits::path_for_region(&cache);
+    (cache, file)
+}
+
 fn spawn(
     s: &Setup,
     dev: &Device,
@@ -85,24 +106,22 @@ fn spawn(
     cache: PathBuf,
     args: &TenantArgs,
 ) -> Result<Running, String> {
+    let file = vgpu_region::limits::path_for_region(&cache);
+    vgpu_region::limits::write_limits_file_atomic(&file, &limits_for(limit))
+        .map_err(|e| format!("cannot write the limits file {}: {e}", file.display()))?;
     let mut c = Command::new(&s.tenant_exe);
     c.args(args.to_args())
         .envs(dev.env())
         .env_remove("LD_PRELOAD")
         .env_remove("CUDA_DEVICE_SM_LIMIT")
         .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &cache)
+        .env(vgpu_region::limits::PATH_ENV, &file)
         .env("CUDA_VISIBLE_DEVICES", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(lib) = preload {
         c.env("LD_PRELOAD", lib);
-    }
-    if let Some(l) = limit {
-        // Today's libvgpu.so takes the limit from the environment into the
-        // region it creates; once limits come from the limits file
-        // (issue 10), the harness writes that file instead.
-        c.env("CUDA_DEVICE_SM_LIMIT", l.to_string());
     }
     let child = c
         .spawn()
@@ -254,11 +273,11 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
             run_ns,
             nodes: 8,
         };
-        let cache = s.dir.join(format!("{}-{}.cache", row.name, t.label));
-        let _ = std::fs::remove_file(&cache);
+        let (cache, _) = container_paths(&s.dir, &format!("{}-{}", row.name, t.label));
         running.push(spawn(s, &dev, s.preload.as_deref(), t.limit, cache, &args));
     }
-    // Live changes, as `vgpu limit` makes them today (the region's limits).
+    // Live changes, as `vgpu limit` makes them: the limits file, then the
+    // region's display copy and its limits-generation bump.
     let mut change_s = None;
     for (t, r) in row.tenants.iter().zip(&running) {
         let (Some((frac, to)), Ok(r)) = (t.change, r.as_ref()) else {
@@ -271,19 +290,13 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
             std::thread::sleep(Duration::from_nanos(at - now));
         }
         change_s = Some(sec);
-        let applied = vgpu_region::Region::open(&r.cache)
+        let file = vgpu_region::limits::path_for_region(&r.cache);
+        let l = limits_for(to);
+        let applied = vgpu_region::limits::write_limits_file_atomic(&file, &l)
             .map_err(|e| e.to_string())
-            .and_then(|reg| {
-                let mem = reg.limits(0).mem;
-                reg.try_set_limits(
-                    0,
-                    vgpu_region::Limits {
-                        mem,
-                        sm: to.unwrap_or(0),
-                    },
-                )
-                .map_err(|e| e.to_string())
-            });
+            .and_then(|()| vgpu_region::Region::open(&r.cache).map_err(|e| e.to_string()))
+            .and_then(|reg| reg.write_display_copy(&l).map_err(|e| e.to_string()))
+            .map(|_| ());
         match applied {
             Ok(()) => res.notes.push(format!(
                 "{}: limit changed live to {} at {sec} s",
@@ -413,8 +426,7 @@ pub fn run_overhead(s: &Setup, row: &Row) -> RowResult {
                 run_ns: 1_000_000_000,
                 nodes: 1,
             };
-            let cache = s.dir.join(format!("overhead-{name}-{rep}.cache"));
-            let _ = std::fs::remove_file(&cache);
+            let (cache, _) = container_paths(&s.dir, &format!("overhead-{name}-{rep}"));
             let r = spawn(s, &dev, *lib, *limit, cache, &args)
                 .map(|r| finish(r, Instant::now() + Duration::from_secs(30)).0);
             match r {

@@ -196,6 +196,25 @@ driver_api! {
     cuda fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void) -> CUresult;
     cuda fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
     cuda fn cuGraphLaunch_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
+    cuda fn cuLaunchCooperativeKernelMultiDevice(launchParamsList: *mut CUDA_LAUNCH_PARAMS, numDevices: c_uint, flags: c_uint) -> CUresult;
+    // --- stream capture (captured launches are charged when their graph launches)
+    cuda fn cuStreamBeginCapture(hStream: CUstream) -> CUresult;
+    cuda fn cuStreamBeginCapture_ptsz(hStream: CUstream) -> CUresult;
+    cuda fn cuStreamBeginCapture_v2(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult;
+    cuda fn cuStreamBeginCapture_v2_ptsz(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult;
+    cuda fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult;
+    cuda fn cuStreamEndCapture_ptsz(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult;
+    cuda fn cuStreamIsCapturing(hStream: CUstream, captureStatus: *mut CUstreamCaptureStatus) -> CUresult;
+    cuda fn cuStreamIsCapturing_ptsz(hStream: CUstream, captureStatus: *mut CUstreamCaptureStatus) -> CUresult;
+    // --- synchronizing calls the limiter closes its bursts before
+    cuda fn cuStreamQuery_ptsz(hStream: CUstream) -> CUresult;
+    cuda fn cuEventRecord_ptsz(hEvent: CUevent, hStream: CUstream) -> CUresult;
+    cuda fn cuMemcpyHtoD_v2(dstDevice: CUdeviceptr, srcHost: *const c_void, ByteCount: usize) -> CUresult;
+    cuda fn cuMemcpyHtoD_v2_ptds(dstDevice: CUdeviceptr, srcHost: *const c_void, ByteCount: usize) -> CUresult;
+    cuda fn cuMemcpyDtoH_v2(dstHost: *mut c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
+    cuda fn cuMemcpyDtoH_v2_ptds(dstHost: *mut c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
+    cuda fn cuMemcpyDtoD_v2(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
+    cuda fn cuMemcpyDtoD_v2_ptds(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
 
     // --- NVML
     nvml fn nvmlInit_v2() -> nvmlReturn_t;

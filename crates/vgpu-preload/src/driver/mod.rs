@@ -147,6 +147,15 @@ pub trait CudaDriver: Sync {
         extra: *mut *mut c_void,
     ) -> CUresult;
     fn graph_launch(&self, exec: CUgraphExec, stream: CUstream) -> CUresult;
+    /// `cuEventRecord_ptsz` (the per-thread default stream for a null one).
+    fn event_record_ptsz(&self, _event: CUevent, _stream: CUstream) -> CUresult {
+        CUDA_MISSING
+    }
+    /// `cuStreamIsCapturing`: whether work queued on `stream` now is being
+    /// captured into a graph (`_ptsz` form when `per_thread`).
+    fn stream_is_capturing(&self, _stream: CUstream, _per_thread: bool) -> CuResult<bool> {
+        Err(CUDA_MISSING)
+    }
 }
 
 /// One process in an NVML process list, whichever struct version the

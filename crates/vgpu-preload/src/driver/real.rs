@@ -214,6 +214,18 @@ impl CudaDriver for RealCuda {
     fn event_record(&self, event: CUevent, stream: CUstream) -> CUresult {
         cu!(cuEventRecord(event, stream))
     }
+    fn event_record_ptsz(&self, event: CUevent, stream: CUstream) -> CUresult {
+        cu!(cuEventRecord_ptsz(event, stream))
+    }
+    fn stream_is_capturing(&self, stream: CUstream, per_thread: bool) -> CuResult<bool> {
+        let mut st: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+        let r = if per_thread {
+            cu!(cuStreamIsCapturing_ptsz(stream, &mut st))
+        } else {
+            cu!(cuStreamIsCapturing(stream, &mut st))
+        };
+        cu_ok(r).map(|_| st != CU_STREAM_CAPTURE_STATUS_NONE)
+    }
     fn event_query(&self, event: CUevent) -> CUresult {
         cu!(cuEventQuery(event))
     }

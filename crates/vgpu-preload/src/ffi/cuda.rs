@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use vgpu_cuda_abi::*;
 
 use super::route::route_proc;
-use crate::limiter::{launch_gate, Launch};
+use crate::limiter::{self, Launch};
 use crate::memory::{self, Mem};
 use crate::{attach, driver, init, sys, views};
 
@@ -206,28 +206,28 @@ TABLE;
         r
     }
 
-    [base: "cuStreamSynchronize", since: 2000, ptds: false, family: "memory (stream-ordered)", policy: "after it: settle pool charges (pools release memory at synchronize)"]
+    [base: "cuStreamSynchronize", since: 2000, ptds: false, family: "memory (stream-ordered)", policy: "limiter: close open bursts before, read markers after; then settle pool charges (pools release memory at synchronize)"]
     fn cuStreamSynchronize(hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        synchronized(unsafe { real(hStream) })
+        sync_call(|| synchronized(unsafe { real(hStream) }))
     }
 
     [base: "cuStreamSynchronize", since: 7000, ptds: true, family: "memory (stream-ordered)", policy: "as cuStreamSynchronize"]
     fn cuStreamSynchronize_ptsz(hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        synchronized(unsafe { real(hStream) })
+        sync_call(|| synchronized(unsafe { real(hStream) }))
     }
 
     [base: "cuCtxSynchronize", since: 2000, ptds: false, family: "memory (stream-ordered)", policy: "as cuStreamSynchronize"]
     fn cuCtxSynchronize() -> CUresult |real| {
         // SAFETY: no arguments.
-        synchronized(unsafe { real() })
+        sync_call(|| synchronized(unsafe { real() }))
     }
 
     [base: "cuEventSynchronize", since: 2000, ptds: false, family: "memory (stream-ordered)", policy: "as cuStreamSynchronize"]
     fn cuEventSynchronize(hEvent: CUevent) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        synchronized(unsafe { real(hEvent) })
+        sync_call(|| synchronized(unsafe { real(hEvent) }))
     }
 
     [base: "cuMemCreate", since: 10020, ptds: false, family: "memory (virtual)", policy: "reserve size for device-located handles; host-located pass through"]
@@ -482,47 +482,177 @@ TABLE;
         r
     }
 
-    [base: "cuLaunchKernel", since: 4000, ptds: false, family: "launch", policy: "the limiter's launch gate, then the driver (one atomic load when unlimited)"]
+    [base: "cuLaunchKernel", since: 4000, ptds: false, family: "launch", policy: "paced: the limiter's gate charges the launch to the container's bucket (one atomic load when nothing is paced)"]
     fn cuLaunchKernel(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
-        launch_gate(Launch::Kernel);
         // SAFETY: forwarding the caller's arguments.
-        unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) }
+        limiter::launch(Launch::Kernel, hStream, false, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) })
     }
 
     [base: "cuLaunchKernel", since: 7000, ptds: true, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchKernel_ptsz(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
-        launch_gate(Launch::Kernel);
         // SAFETY: forwarding the caller's arguments.
-        unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) }
+        limiter::launch(Launch::Kernel, hStream, true, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) })
     }
 
     [base: "cuLaunchKernelEx", since: 11060, ptds: false, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
-        launch_gate(Launch::KernelEx);
+        let stream = out(config).map_or(CUstream::NULL, |c| c.hStream);
         // SAFETY: forwarding the caller's arguments.
-        unsafe { real(config, f, kernelParams, extra) }
+        limiter::launch(Launch::KernelEx, stream, false, || unsafe { real(config, f, kernelParams, extra) })
     }
 
     [base: "cuLaunchKernelEx", since: 11060, ptds: true, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
-        launch_gate(Launch::KernelEx);
+        let stream = out(config).map_or(CUstream::NULL, |c| c.hStream);
         // SAFETY: forwarding the caller's arguments.
-        unsafe { real(config, f, kernelParams, extra) }
+        limiter::launch(Launch::KernelEx, stream, true, || unsafe { real(config, f, kernelParams, extra) })
     }
 
     [base: "cuLaunchCooperativeKernel", since: 9000, ptds: false, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchCooperativeKernel(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void) -> CUresult |real| {
-        launch_gate(Launch::Cooperative);
         // SAFETY: forwarding the caller's arguments.
-        unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) }
+        limiter::launch(Launch::Cooperative, hStream, false, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) })
     }
 
     [base: "cuLaunchCooperativeKernel", since: 9000, ptds: true, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void) -> CUresult |real| {
-        launch_gate(Launch::Cooperative);
         // SAFETY: forwarding the caller's arguments.
-        unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) }
+        limiter::launch(Launch::Cooperative, hStream, true, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) })
     }
+
+    // Launch paths (paced), continued: graphs and multi-device launches.
+    [base: "cuLaunchCooperativeKernelMultiDevice", since: 9000, ptds: false, family: "launch", policy: "paced as one launch on the calling context's device (stream of the first entry)"]
+    fn cuLaunchCooperativeKernelMultiDevice(launchParamsList: *mut CUDA_LAUNCH_PARAMS, numDevices: c_uint, flags: c_uint) -> CUresult |real| {
+        let stream = out(launchParamsList as *const CUDA_LAUNCH_PARAMS).map_or(CUstream::NULL, |p| p.hStream);
+        // SAFETY: forwarding the caller's arguments.
+        limiter::launch(Launch::CooperativeMultiDevice, stream, false, || unsafe { real(launchParamsList, numDevices, flags) })
+    }
+
+    [base: "cuGraphLaunch", since: 10000, ptds: false, family: "launch", policy: "paced: charged the executable's own measured cost (one burst per graph launch)"]
+    fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        limiter::launch(Launch::Graph(hGraphExec), hStream, false, || unsafe { real(hGraphExec, hStream) })
+    }
+
+    [base: "cuGraphLaunch", since: 10000, ptds: true, family: "launch", policy: "as cuGraphLaunch"]
+    fn cuGraphLaunch_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        limiter::launch(Launch::Graph(hGraphExec), hStream, true, || unsafe { real(hGraphExec, hStream) })
+    }
+
+    // Stream capture: captured launches do not run, so they are not paced.
+    [base: "cuStreamBeginCapture", since: 10000, ptds: false, family: "capture", policy: "count the capture: while one is in progress, the gate asks whether a launch's stream is captured"]
+    fn cuStreamBeginCapture(hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream) };
+        limiter::capture_begun(r);
+        r
+    }
+
+    [base: "cuStreamBeginCapture", since: 10000, ptds: true, family: "capture", policy: "as cuStreamBeginCapture"]
+    fn cuStreamBeginCapture_ptsz(hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream) };
+        limiter::capture_begun(r);
+        r
+    }
+
+    [base: "cuStreamBeginCapture", since: 10010, ptds: false, family: "capture", policy: "as cuStreamBeginCapture"]
+    fn cuStreamBeginCapture_v2(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream, mode) };
+        limiter::capture_begun(r);
+        r
+    }
+
+    [base: "cuStreamBeginCapture", since: 10010, ptds: true, family: "capture", policy: "as cuStreamBeginCapture"]
+    fn cuStreamBeginCapture_v2_ptsz(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream, mode) };
+        limiter::capture_begun(r);
+        r
+    }
+
+    [base: "cuStreamEndCapture", since: 10000, ptds: false, family: "capture", policy: "the capture ends (the count drops)"]
+    fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream, phGraph) };
+        limiter::capture_ended(r);
+        r
+    }
+
+    [base: "cuStreamEndCapture", since: 10000, ptds: true, family: "capture", policy: "as cuStreamEndCapture"]
+    fn cuStreamEndCapture_ptsz(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream, phGraph) };
+        limiter::capture_ended(r);
+        r
+    }
+
+    // Synchronizing calls the limiter closes its bursts before (so a
+    // launch-then-synchronize loop is held and measured launch by launch).
+    [base: "cuStreamQuery", since: 2000, ptds: false, family: "synchronize", policy: "limiter: close open bursts before, read markers after"]
+    fn cuStreamQuery(hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(hStream) })
+    }
+
+    [base: "cuStreamQuery", since: 7000, ptds: true, family: "synchronize", policy: "as cuStreamQuery"]
+    fn cuStreamQuery_ptsz(hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(hStream) })
+    }
+
+    [base: "cuEventQuery", since: 2000, ptds: false, family: "synchronize", policy: "as cuStreamQuery"]
+    fn cuEventQuery(hEvent: CUevent) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(hEvent) })
+    }
+
+    [base: "cuMemcpyHtoD", since: 3020, ptds: false, family: "synchronize", policy: "blocking copy: as cuStreamQuery"]
+    fn cuMemcpyHtoD_v2(dstDevice: CUdeviceptr, srcHost: *const c_void, ByteCount: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(dstDevice, srcHost, ByteCount) })
+    }
+
+    [base: "cuMemcpyHtoD", since: 7000, ptds: true, family: "synchronize", policy: "blocking copy: as cuStreamQuery"]
+    fn cuMemcpyHtoD_v2_ptds(dstDevice: CUdeviceptr, srcHost: *const c_void, ByteCount: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(dstDevice, srcHost, ByteCount) })
+    }
+
+    [base: "cuMemcpyDtoH", since: 3020, ptds: false, family: "synchronize", policy: "blocking copy: as cuStreamQuery"]
+    fn cuMemcpyDtoH_v2(dstHost: *mut c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(dstHost, srcDevice, ByteCount) })
+    }
+
+    [base: "cuMemcpyDtoH", since: 7000, ptds: true, family: "synchronize", policy: "blocking copy: as cuStreamQuery"]
+    fn cuMemcpyDtoH_v2_ptds(dstHost: *mut c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(dstHost, srcDevice, ByteCount) })
+    }
+
+    [base: "cuMemcpyDtoD", since: 3020, ptds: false, family: "synchronize", policy: "blocking copy: as cuStreamQuery"]
+    fn cuMemcpyDtoD_v2(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(dstDevice, srcDevice, ByteCount) })
+    }
+
+    [base: "cuMemcpyDtoD", since: 7000, ptds: true, family: "synchronize", policy: "blocking copy: as cuStreamQuery"]
+    fn cuMemcpyDtoD_v2_ptds(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        sync_call(|| unsafe { real(dstDevice, srcDevice, ByteCount) })
+    }
+}
+
+/// A synchronizing call: the limiter's bursts close before it and what
+/// finished is read after it.
+fn sync_call(call: impl FnOnce() -> CUresult) -> CUresult {
+    limiter::before_sync();
+    let r = call();
+    limiter::after_sync();
+    r
 }
 
 /// A byte count for a 32-bit out-parameter (the v1 ABI): saturated.

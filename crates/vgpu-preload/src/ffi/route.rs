@@ -113,7 +113,7 @@ mod tests {
         // Another ABI of the same name (the v1 `cuMemAlloc`) passes through.
         assert_eq!(route_proc("cuMemAlloc", internal, 2000, 0), internal);
         // A name without hooks passes through.
-        assert_eq!(route_proc("cuGraphLaunch", fake, 12090, 0), fake);
+        assert_eq!(route_proc("cuModuleLoad", fake, 12090, 0), fake);
         assert!(route_proc("cuMemAlloc", std::ptr::null_mut(), 12090, 0).is_null());
         table::set_for_test(Fn::cuMemAlloc_v2, std::ptr::null_mut());
         // Without the driver function behind the hook, never substitute.

@@ -9,7 +9,8 @@
 //!   `cuDevicePrimaryCtxRetain`) when an SM limit is configured: the last
 //!   moment the NVML probe can work, since a process that already holds a
 //!   context is in the "before" snapshot and can never appear as new;
-//! - otherwise the first limited launch (the launch gate).
+//! - otherwise the limiter's owned thread, once a device is paced (never
+//!   on the launch path).
 //!
 //! Tiers, first that works wins: same PID namespace as the host
 //! (`getpid()`), broker, trusted procfs, NVML probe (only while the process
@@ -99,6 +100,11 @@ pub fn host_pid() -> Option<u32> {
     }
 }
 
+/// Whether the last resolution failed (every tier; retried with backoff).
+pub fn failed() -> bool {
+    STATE.load(Ordering::Acquire) == FAILED
+}
+
 /// Records a resolved host PID (tests and future callers that learn it
 /// another way).
 pub fn set_host_pid(pid: u32) {
@@ -162,9 +168,10 @@ fn before_first_context(dev: i32) {
     HOLDS_CONTEXT.store(true, Ordering::Relaxed);
 }
 
-/// The launch gate's identity step (an SM limit is configured): nothing
-/// once resolved or while another thread resolves; the first launch
-/// resolves; after a failure, a retry when its backoff has passed.
+/// The limiter's identity step, on its owned thread while a device is
+/// paced: nothing once resolved or while another thread resolves; the
+/// first call resolves; after a failure, a retry when its backoff has
+/// passed.
 #[inline]
 pub fn on_limited_launch(p: &Proc) {
     register_fork();
@@ -277,7 +284,7 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
             let what = describe(&res);
             if !FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
                 crate::warn!(
-                    "host PID unknown ({what}); the SM limit stays configured, pending identity; retrying on launches with backoff"
+                    "host PID unknown ({what}); the SM limit stays configured and holds (markers, uncorrected); retrying with backoff off the launch path"
                 );
             } else {
                 crate::debug!("host PID still unknown after {attempts} attempt(s) ({what}); next try in {wait:?}");

@@ -1,17 +1,38 @@
-//! The SM limiter's room: every launch hook calls [`launch_gate`] before
-//! forwarding, whatever the launch path. Today the gate only does what the
-//! library always did: nothing at all without an SM limit (one atomic
-//! load), and with one, resolve identity at first need and say once that
-//! launches are not paced yet. The limiter proper (pacing by measured GPU
-//! time, its owned thread and injected [`clock::Clock`]) moves in here.
+//! The SM limiter in the interposer (docs/limiter.md, "What the interposer
+//! wires"): every launch hook forwards through [`launch`], every
+//! synchronizing hook calls [`before_sync`] / [`after_sync`], and the owned
+//! thread ([`job`]) polls markers, re-reads the limits on a generation bump
+//! and runs the NVML correction sampler.
 //!
-//! Must never block a launch without an SM limit, nor switch a configured
-//! limit off silently.
-use std::sync::atomic::{AtomicBool, Ordering};
+//! Per device, one `vgpu_limiter::Pacer` over the container's bucket in the
+//! region (one bucket per container and device, shared by its processes),
+//! or a private `LocalBucket` when no region can be used and a limit is
+//! configured (fail closed, logged).
+//!
+//! The launch path: one relaxed load while nothing is paced in this
+//! process image. The first launch of an image takes the slow path once
+//! (builds the per-device state, reads the limits, starts the owned
+//! thread), so an unlimited process is still measured and a live limit
+//! change reaches it. Waits happen here, on the launching thread, never in
+//! a signal handler. Must never block a launch that is not paced, nor
+//! switch a configured limit off silently.
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::time::Duration;
+
+use vgpu_cuda_abi::{CUevent, CUgraphExec, CUresult, CUstream};
+use vgpu_limiter::{Admit, Cells, Kind, Pacer, Params};
+use vgpu_region::pacing::{Bucket, LocalBucket, SlotPacing};
 
 use crate::attach::{self, Proc};
+use crate::driver::{self, CudaDriver, REAL_CUDA};
+use crate::process;
 
 pub mod clock;
+mod job;
+pub mod markers;
+pub mod source;
+
+use markers::DriverMarkers;
 
 /// Which launch entry point called the gate (for pacing and accounting).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,33 +43,306 @@ pub enum Launch {
     KernelEx,
     /// `cuLaunchCooperativeKernel` (and `_ptsz`).
     Cooperative,
-    /// `cuGraphLaunch` (and `_ptsz`): not hooked yet (the limiter issue
-    /// hooks it; the driver table already has both).
-    Graph,
+    /// `cuLaunchCooperativeKernelMultiDevice`: charged as one launch on
+    /// the calling context's device.
+    CooperativeMultiDevice,
+    /// `cuGraphLaunch` (and `_ptsz`): charged by the executable's own
+    /// measured cost.
+    Graph(CUgraphExec),
 }
 
-/// The launch path's gate: one atomic load when nothing is SM-limited.
-#[inline]
-pub fn launch_gate(kind: Launch) {
-    if let Some(p) = attach::attached() {
-        if p.sm_limited {
-            limited_launch(p, kind);
+impl Launch {
+    fn charge(self) -> Kind {
+        match self {
+            Launch::Graph(g) => Kind::Graph(g.0 as u64),
+            _ => Kind::Kernel,
         }
     }
 }
 
-#[cold]
-fn limited_launch(p: &Proc, _kind: Launch) {
-    // Identity resolves at the first limited launch (or retries when its
-    // backoff is due): the limiter will need the host PID.
-    crate::identity::on_limited_launch(p);
-    sm_limit_pending();
+/// True while this image may pace a launch (or has not built its state
+/// yet: the slow path builds it). The unlimited launch path is this load.
+static SLOW: AtomicBool = AtomicBool::new(true);
+/// This image's state (a leaked box; an older generation's is the
+/// parent's, left behind after a fork).
+static LIM: AtomicPtr<Limiter> = AtomicPtr::new(std::ptr::null_mut());
+/// generation + 1 of the thread building `LIM` (0: none).
+static BUILDING: AtomicU32 = AtomicU32::new(0);
+/// Stream captures in progress (`cuStreamBeginCapture` … `EndCapture`):
+/// while any is, a launch asks the driver whether its stream is captured.
+static CAPTURES: AtomicU32 = AtomicU32::new(0);
+static HANDLERS: AtomicBool = AtomicBool::new(false);
+
+/// One device's limiter.
+pub struct Dev {
+    /// The CUDA ordinal.
+    pub ord: u32,
+    /// The region device it is (by UUID; the ordinal when none).
+    pub idx: u32,
+    pub uuid: String,
+    pub pacer: Pacer<CUevent>,
+    pub markers: DriverMarkers,
+    pub bucket: Bucket<'static>,
+    pub slot: SlotPacing<'static>,
+    /// The bucket is this process's own (a private ledger, or no region
+    /// device for this ordinal): the limit holds per process.
+    pub local: bool,
 }
 
-static SM_NOTED: AtomicBool = AtomicBool::new(false);
-
-fn sm_limit_pending() {
-    if !SM_NOTED.swap(true, Ordering::Relaxed) {
-        crate::warn!("an SM limit is configured but this libvgpu.so has no launch limiter yet; launches are not paced");
+impl Dev {
+    pub fn cells(&self) -> Cells<'static> {
+        Cells {
+            bucket: self.bucket,
+            slot: self.slot,
+            dev: self.idx,
+        }
     }
+}
+
+/// This process image's limiter.
+pub struct Limiter {
+    gen: u32,
+    pub p: &'static Proc,
+    pub devs: Vec<Dev>,
+    job: std::sync::Mutex<job::State>,
+}
+
+/// The state if built for this image (never builds).
+#[inline]
+fn current() -> Option<&'static Limiter> {
+    // SAFETY: LIM only ever holds null or a leaked `Box<Limiter>`, never freed.
+    let l = unsafe { LIM.load(Ordering::Acquire).as_ref() }?;
+    (l.gen == process::generation()).then_some(l)
+}
+
+/// The state, built first if needed.
+fn get() -> Option<&'static Limiter> {
+    current().or_else(build)
+}
+
+#[cold]
+fn build() -> Option<&'static Limiter> {
+    let gen = process::generation();
+    let mine = gen.wrapping_add(1);
+    loop {
+        if let Some(l) = current() {
+            return Some(l);
+        }
+        if BUILDING
+            .compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let built = attach::proc().map(|p| build_for(p, gen));
+            if let Some(l) = built {
+                if process::generation() == gen {
+                    LIM.store(l as *const Limiter as *mut Limiter, Ordering::Release);
+                }
+            }
+            BUILDING.store(0, Ordering::Release);
+            if let Some(l) = built {
+                job::first_refresh(l);
+                // Without a region nothing can change later (no limits
+                // generation to watch, no utilization to publish), so an
+                // unlimited process without one needs no thread.
+                if l.p.ledger.is_some() || SLOW.load(Ordering::Acquire) {
+                    job::start();
+                }
+            }
+            return built;
+        }
+        if BUILDING.load(Ordering::Acquire) == mine {
+            // Another thread of this image is building (a few loads and
+            // one file read); wait for it.
+            std::thread::yield_now();
+        } else {
+            return None;
+        }
+    }
+}
+
+fn build_for(p: &'static Proc, gen: u32) -> &'static Limiter {
+    if !HANDLERS.swap(true, Ordering::AcqRel) {
+        process::on_fork_child(forked);
+        process::on_exit(job::at_exit);
+    }
+    let region = p.ledger.as_ref();
+    let mut n = p.ndev.load(Ordering::Relaxed);
+    if n == 0 {
+        n = region.map_or(0, |l| l.device_count());
+    }
+    if n == 0 {
+        n = REAL_CUDA.device_count().unwrap_or(1);
+    }
+    let n = n.clamp(1, vgpu_region::layout::MAX_DEVICES as u32);
+    let devs = (0..n)
+        .map(|ord| {
+            // The region device this ordinal is (bound by UUID).
+            let idx = region.and_then(|l| l.index(ord));
+            let shared = region.zip(idx).and_then(|(l, i)| l.region().bucket(i));
+            let (bucket, local) = match shared {
+                Some(b) => (b, region.is_some_and(|l| l.private_cause.is_some())),
+                None => {
+                    let lb: &'static LocalBucket = Box::leak(Box::new(LocalBucket::new()));
+                    (lb.bucket(), true)
+                }
+            };
+            let slot = match (region, idx) {
+                (Some(l), Some(_)) => l.region().slot_pacing(l.slot()),
+                _ => SlotPacing::new(None, 0),
+            };
+            let uuid = match (region, idx) {
+                (Some(l), Some(i)) => l.device_uuid(i),
+                _ => driver::ordinal_uuid(&REAL_CUDA, ord).unwrap_or_default(),
+            };
+            Dev {
+                ord,
+                idx: idx.unwrap_or(ord),
+                uuid,
+                pacer: Pacer::new(Params::default()),
+                markers: DriverMarkers::default(),
+                bucket,
+                slot,
+                local,
+            }
+        })
+        .collect();
+    Box::leak(Box::new(Limiter {
+        gen,
+        p,
+        devs,
+        job: std::sync::Mutex::new(job::State::default()),
+    }))
+}
+
+/// Fork child: the parent's limiter stays the parent's. Atomics only.
+fn forked() {
+    SLOW.store(true, Ordering::Release);
+    BUILDING.store(0, Ordering::Release);
+    CAPTURES.store(0, Ordering::Release);
+}
+
+/// Recomputes the hot-path word from the devices' targets.
+fn set_slow(l: &Limiter) {
+    let any = l.devs.iter().any(|d| !d.pacer.target().is_pass());
+    SLOW.store(any, Ordering::Release);
+}
+
+impl Limiter {
+    /// The device a launch on the calling thread's context goes to.
+    fn dev_for_launch(&self) -> Option<&Dev> {
+        if self.devs.len() == 1 {
+            return self.devs.first();
+        }
+        let d = REAL_CUDA.ctx_device().ok()?;
+        usize::try_from(d).ok().and_then(|i| self.devs.get(i))
+    }
+}
+
+/// A launch of `kind` on `stream` (`per_thread`: a `_ptsz` entry point),
+/// forwarded by `call`: paced when its device's container is limited.
+#[inline]
+pub fn launch(
+    kind: Launch,
+    stream: CUstream,
+    per_thread: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    if !SLOW.load(Ordering::Relaxed) {
+        return call();
+    }
+    paced(kind, stream, per_thread, call)
+}
+
+#[inline(never)]
+fn paced(
+    kind: Launch,
+    stream: CUstream,
+    per_thread: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(l) = get() else { return call() };
+    // Captured work does not run now: it is charged when its graph launches.
+    if CAPTURES.load(Ordering::Acquire) > 0
+        && REAL_CUDA
+            .stream_is_capturing(stream, per_thread)
+            .unwrap_or(false)
+    {
+        return call();
+    }
+    let Some(d) = l.dev_for_launch() else {
+        return call();
+    };
+    let key = markers::stream_key(stream, per_thread);
+    let charge = kind.charge();
+    let cells = d.cells();
+    let start = vgpu_region::monotonic_ns();
+    let mut now = start;
+    loop {
+        match d.pacer.admit(&d.markers, &cells, now, key, charge) {
+            Admit::Pass => return call(),
+            Admit::Go(ticket) => {
+                let r = call();
+                let end = vgpu_region::monotonic_ns();
+                d.pacer
+                    .launched(&d.markers, &cells, ticket, r.is_success(), now - start, end);
+                return r;
+            }
+            Admit::Wait { until_ns } | Admit::Suspended { until_ns } => {
+                if until_ns > now {
+                    std::thread::sleep(Duration::from_nanos(until_ns - now));
+                }
+                now = vgpu_region::monotonic_ns();
+            }
+        }
+    }
+}
+
+/// Before a synchronize, a blocking copy or an application's query: the
+/// open bursts close, so none spans the host's time that follows.
+#[inline]
+pub fn before_sync() {
+    if !SLOW.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(l) = current() {
+        let now = vgpu_region::monotonic_ns();
+        for d in &l.devs {
+            d.pacer.before_sync(&d.markers, now);
+        }
+    }
+}
+
+/// After a synchronize returned: what finished is measured now.
+#[inline]
+pub fn after_sync() {
+    if !SLOW.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(l) = current() {
+        for d in &l.devs {
+            if !d.pacer.target().is_pass() {
+                d.pacer.poll(&d.markers, &d.cells());
+            }
+        }
+    }
+}
+
+/// `cuStreamBeginCapture*` returned `r`.
+pub fn capture_begun(r: CUresult) {
+    if r.is_success() {
+        CAPTURES.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// `cuStreamEndCapture*` returned (a capture ends, or was already over).
+pub fn capture_ended(r: CUresult) {
+    if r != CUresult::CUDA_ERROR_INVALID_VALUE {
+        let _ = CAPTURES.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
+/// For `vgpu inspect`-like checks in tests: the pacing target of device
+/// `dev` in this image, if built.
+pub fn target_of(dev: u32) -> Option<vgpu_limiter::Target> {
+    current()?.devs.get(dev as usize).map(|d| d.pacer.target())
 }

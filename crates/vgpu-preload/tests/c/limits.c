@@ -426,8 +426,13 @@ static void routes(size_t limit, CUdevice dev) {
     CHECK(p && !is_ours(p), "dlsym(cuDeviceGetCount) is the driver's (%s)", obj_of(p));
     p = by_proc("cuDeviceGetCount", 12090, 0);
     CHECK(p && !is_ours(p), "cuGetProcAddress_v2(cuDeviceGetCount) is the driver's (%s)", obj_of(p));
+    p = by_proc("cuModuleLoad", 12090, 0);
+    CHECK(p && !is_ours(p), "cuGetProcAddress_v2(cuModuleLoad) is the driver's (%s)", obj_of(p));
+    /* cuGraphLaunch is paced now: the hook on every route. */
     p = by_proc("cuGraphLaunch", 12090, 0);
-    CHECK(p && !is_ours(p), "cuGetProcAddress_v2(cuGraphLaunch) is the driver's (%s)", obj_of(p));
+    CHECK(p && is_ours(p), "cuGetProcAddress_v2(cuGraphLaunch) is the hook (%s)", obj_of(p));
+    p = dlsym(g_cuda, "cuGraphLaunch");
+    CHECK(p && is_ours(p), "dlsym(cuGraphLaunch) is the hook (%s)", obj_of(p));
     CHECK(dlsym(g_cuda, "cuNoSuchEntryPoint") == NULL, "dlsym of an unknown name is NULL");
     void *q = (void *)1;
     CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;

@@ -1,0 +1,533 @@
+//! The SM limiter in libvgpu.so, end to end: real processes (the C
+//! launcher, `tests/c/launcher.c`) on one simulated GPU, the truth from the
+//! simulator's kernel timeline. Bands are wide (±15 points over windows
+//! of a second or more) so a loaded 2-core machine cannot fail them
+//! falsely; the tight figures are `vgpu bench sm`'s.
+//!
+//! One simulated machine for the file, one scenario at a time (they share
+//! the device's time, so they must not overlap).
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use vgpu_region::limits::{self, Limits};
+use vgpu_region::Region;
+
+fn machine() -> &'static SimHandle {
+    static SIM: OnceLock<SimHandle> = OnceLock::new();
+    SIM.get_or_init(|| {
+        let text = "profile = \"zero\"\ndevices = 1\n[device]\nsms = 132\n";
+        let opts = SimOptions::from_toml(text).expect("sim options");
+        SimHandle::start(opts).unwrap_or_else(|e| panic!("start sim: {e}"))
+    })
+}
+
+/// One scenario at a time on the machine.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn launcher() -> PathBuf {
+    c_program("launcher")
+}
+
+/// A launcher process and what it printed so far.
+struct Tenant {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    pid: u32,
+}
+
+impl Tenant {
+    fn spawn(cache: &Path, args: &[&str], extra: &[(&str, &str)]) -> Tenant {
+        let env = env(machine(), Some(cache), extra);
+        let mut c = command(&launcher(), args, &env);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = c.spawn().expect("spawn launcher");
+        let stdin = child.stdin.take();
+        let out = child.stdout.take().expect("stdout");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l2 = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                l2.lock().unwrap().push(line);
+            }
+        });
+        let mut t = Tenant {
+            child,
+            stdin,
+            lines,
+            pid: 0,
+        };
+        t.pid = t
+            .wait_for("pid=", Duration::from_secs(30))
+            .trim_start_matches("pid=")
+            .parse()
+            .expect("pid");
+        t
+    }
+
+    /// The first line starting with `prefix`, waiting up to `limit`.
+    fn wait_for(&mut self, prefix: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(l) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.starts_with(prefix))
+            {
+                return l.clone();
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!(
+                    "launcher exited ({st}) before {prefix:?}: {:?}",
+                    self.lines.lock().unwrap()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {prefix:?} within {limit:?}: {:?}",
+                self.lines.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for "done"; the windows it reported: (path, start, end, launches).
+    fn windows(&mut self, limit: Duration) -> Vec<(String, u64, u64, u64)> {
+        self.wait_for("done", limit);
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 5 && f[0] == "window").then(|| {
+                    (
+                        f[1].to_string(),
+                        f[2].parse().unwrap(),
+                        f[3].parse().unwrap(),
+                        f[4].parse().unwrap(),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn fact(&self, key: &str) -> u64 {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {key}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// The number after `WORD PATH` on a line starting with `word`.
+    fn fact_word(&self, word: &str) -> u64 {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 3 && f[0] == word).then(|| f[2].parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no {word} line"))
+    }
+
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        let st = self.child.wait().expect("wait");
+        assert!(st.success(), "launcher failed: {st}");
+    }
+}
+
+impl Drop for Tenant {
+    fn drop(&mut self) {
+        // A failed assertion must not leave a launcher holding the device.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Percent of `[from, to)` the device spent on `pids`' kernels.
+fn share(pids: &[u32], from: u64, to: u64) -> f64 {
+    let st = machine().state().expect("sim state");
+    let busy: u64 = st
+        .kernels(0, from, to)
+        .iter()
+        .filter(|(p, _, _)| pids.contains(p))
+        .map(|&(_, s, e)| e.min(to).saturating_sub(s.max(from)))
+        .sum();
+    busy as f64 * 100.0 / (to - from) as f64
+}
+
+fn in_band(what: &str, got: f64, target: f64) {
+    assert!(
+        (got - target).abs() <= 15.0,
+        "{what}: {got:.1} % is outside {target} ± 15"
+    );
+}
+
+/// A container directory: its region path and limits file.
+struct Container {
+    _dir: tempfile::TempDir,
+    cache: PathBuf,
+    file: PathBuf,
+}
+
+fn container(file: Option<&str>) -> Container {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("region.cache");
+    let f = limits::path_for_region(&cache);
+    if let Some(text) = file {
+        std::fs::write(&f, text).unwrap();
+    }
+    Container {
+        _dir: dir,
+        cache,
+        file: f,
+    }
+}
+
+impl Container {
+    fn env<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut v = vec![("LIBVGPU_LIMITS_FILE", self.file.to_str().unwrap())];
+        v.extend_from_slice(extra);
+        v
+    }
+
+    /// Rewrites the limits file as `vgpu limit`/`vgpu suspend` do: the
+    /// file, then the region's display copy and generation bump.
+    fn set(&self, f: impl FnOnce(&mut Limits)) {
+        let mut l = limits::read_limits_file(&self.file).unwrap_or_default();
+        f(&mut l);
+        limits::write_limits_file_atomic(&self.file, &l).unwrap();
+        let r = Region::open(&self.cache).expect("region");
+        r.write_display_copy(&l).unwrap();
+    }
+
+    fn snapshot(&self) -> vgpu_region::Snapshot {
+        Region::open(&self.cache).expect("region").snapshot()
+    }
+
+    fn slot_of(&self, pid: u32) -> vgpu_region::SlotSnapshot {
+        self.snapshot()
+            .slots
+            .into_iter()
+            .find(|s| s.pid == pid)
+            .unwrap_or_else(|| panic!("no slot of {pid}"))
+    }
+}
+
+const ALL_PATHS: &str =
+    "kernel,ex,coop,graph,kernel_ptsz,ex_ptsz,coop_ptsz,graph_ptsz,multi,capture";
+
+/// Every launch path (`cuLaunchCooperativeKernelMultiDevice` and a
+/// stream capture's graph included) through every route, limited to 20 % (four
+/// containers at once, 80 % of the device), and an unlimited container
+/// beside them that pays no pacing.
+#[test]
+fn every_path_and_route_is_paced_and_unlimited_pays_nothing() {
+    let _x = exclusive();
+    let routes = ["direct", "dlsym", "proc11", "proc12"];
+    let cs: Vec<Container> = routes
+        .iter()
+        .map(|_| container(Some("vgpu-limits 1\ndevice * sm=20\n")))
+        .collect();
+    let free = container(None);
+    let mut ts: Vec<Tenant> = routes
+        .iter()
+        .zip(&cs)
+        .map(|(r, c)| {
+            Tenant::spawn(
+                &c.cache,
+                &[r, ALL_PATHS, "1200", "1000", "async"],
+                &c.env(&[]),
+            )
+        })
+        .collect();
+    let mut unlimited = Tenant::spawn(
+        &free.cache,
+        &["direct", "kernel,graph,coop_ptsz", "3000", "1000", "async"],
+        &free.env(&[]),
+    );
+    for (t, r) in ts.iter_mut().zip(routes) {
+        let w = t.windows(Duration::from_secs(90));
+        assert_eq!(w.len(), 10, "{r}: {w:?}");
+        for (path, a, b, n) in &w {
+            assert!(*n > 0, "{r} {path}: no launch");
+            in_band(&format!("{r} {path}"), share(&[t.pid], *a, *b), 20.0);
+        }
+        // 50 captured launches of 1 ms at 20 % would take about 250 ms if
+        // they were paced; they do not run, so they are not.
+        let us = t.fact_word("capture");
+        assert!(us < 100_000, "{r}: capturing 50 launches took {us} us");
+    }
+    let w = unlimited.windows(Duration::from_secs(60));
+    let s = unlimited_slot(&free, unlimited.pid);
+    assert_eq!(s.limiter.state, "Unlimited", "{:?}", s.limiter);
+    assert!(
+        s.limiter.devices.iter().all(|d| d.waited_ns == 0),
+        "an unlimited tenant waited: {:?}",
+        s.limiter.devices
+    );
+    for (path, a, b, _) in &w {
+        let got = share(&[unlimited.pid], *a, *b);
+        assert!(got > 10.0, "unlimited {path}: only {got:.1} %");
+    }
+    for c in &cs {
+        // Utilization is published for limited and unlimited alike.
+        assert!(c.snapshot().devices[0].pacing.util_at_ns > 0);
+    }
+    assert!(free.snapshot().devices[0].pacing.util_at_ns > 0);
+    for t in ts {
+        t.finish();
+    }
+    unlimited.finish();
+}
+
+fn unlimited_slot(c: &Container, pid: u32) -> vgpu_region::SlotSnapshot {
+    c.slot_of(pid)
+}
+
+/// A launch-then-synchronize loop is held too.
+#[test]
+fn a_synchronizing_loop_is_held() {
+    let _x = exclusive();
+    let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
+    let mut t = Tenant::spawn(
+        &c.cache,
+        &["direct", "kernel,kernel_ptsz", "2500", "1000", "sync"],
+        &c.env(&[]),
+    );
+    for (path, a, b, _) in t.windows(Duration::from_secs(60)) {
+        in_band(
+            &format!("sync {path}"),
+            share(&[t.pid], a + 500_000_000, b),
+            30.0,
+        );
+    }
+    t.finish();
+}
+
+/// Two containers at 30 % and 70 % on one device, each in its band.
+#[test]
+fn two_tenants_at_30_and_70_each_hold_their_share() {
+    let _x = exclusive();
+    let a = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
+    let b = container(Some("vgpu-limits 1\ndevice * sm=70\n"));
+    let mut ta = Tenant::spawn(
+        &a.cache,
+        &["direct", "kernel", "7000", "200", "async"],
+        &a.env(&[]),
+    );
+    let mut tb = Tenant::spawn(
+        &b.cache,
+        &["direct", "kernel", "7000", "200", "async"],
+        &b.env(&[]),
+    );
+    let wa = ta.windows(Duration::from_secs(60));
+    let wb = tb.windows(Duration::from_secs(60));
+    // The common span, after a second of settling.
+    let from = wa[0].1.max(wb[0].1) + 1_000_000_000;
+    let to = wa[0].2.min(wb[0].2);
+    assert!(to > from + 4_000_000_000, "overlap too short");
+    in_band("30 % tenant", share(&[ta.pid], from, to), 30.0);
+    in_band("70 % tenant", share(&[tb.pid], from, to), 70.0);
+    ta.finish();
+    tb.finish();
+}
+
+/// `disable` turns pacing off; `default` and `force` pace a lone tenant.
+#[test]
+fn policies_disable_default_and_force() {
+    let _x = exclusive();
+    for (policy, limited) in [("disable", false), ("default", true), ("force", true)] {
+        let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
+        let env = c.env(&[("GPU_CORE_UTILIZATION_POLICY", policy)]);
+        let mut t = Tenant::spawn(
+            &c.cache,
+            &["direct", "kernel", "2500", "500", "async"],
+            &env,
+        );
+        let w = t.windows(Duration::from_secs(60));
+        let got = share(&[t.pid], w[0].1 + 500_000_000, w[0].2);
+        let state = c.slot_of(t.pid).limiter.state;
+        if limited {
+            in_band(&format!("policy {policy}"), got, 30.0);
+            assert_ne!(state, "Disabled");
+        } else {
+            assert!(got > 80.0, "policy disable: {got:.1} %");
+            assert_eq!(state, "Disabled");
+        }
+        t.finish();
+    }
+}
+
+/// `suspended 1` stops new launches until resumed; queries still answer.
+#[test]
+fn suspend_stops_launches_until_resume_and_queries_answer() {
+    let _x = exclusive();
+    let c = container(Some("vgpu-limits 1\ndevice * sm=40\n"));
+    let mut t = Tenant::spawn(
+        &c.cache,
+        &["direct", "kernel", "7000", "500", "async"],
+        &c.env(&[("LAUNCHER_QUERY", "1")]),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let t_suspend = vgpu_region::monotonic_ns();
+    c.set(|l| l.suspended = Some(true));
+    std::thread::sleep(Duration::from_millis(2500));
+    let t_resume = vgpu_region::monotonic_ns();
+    c.set(|l| l.suspended = None);
+    let w = t.windows(Duration::from_secs(60));
+    let end = w[0].2;
+    // Queued work drains within a bank (tens of ms); then nothing runs.
+    let during = share(&[t.pid], t_suspend + 300_000_000, t_resume);
+    assert!(during < 2.0, "suspended but running {during:.1} %");
+    in_band(
+        "after resume",
+        share(&[t.pid], t_resume + 500_000_000, end),
+        40.0,
+    );
+    assert!(t.fact("queries") > 100, "queries did not run");
+    assert!(
+        t.fact("query_max_us") < 200_000,
+        "a query waited {} us",
+        t.fact("query_max_us")
+    );
+    t.finish();
+}
+
+/// `vgpu limit --sm` through the limits file reaches every process of the
+/// container within a control period, and `none` removes the limit.
+#[test]
+fn a_live_change_reaches_every_process_of_the_container() {
+    let _x = exclusive();
+    let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
+    let args = ["direct", "kernel", "9000", "500", "async"];
+    let mut a = Tenant::spawn(&c.cache, &args, &c.env(&[]));
+    let mut b = Tenant::spawn(&c.cache, &args, &c.env(&[]));
+    let pids = [a.pid, b.pid];
+    let t0 = vgpu_region::monotonic_ns();
+    std::thread::sleep(Duration::from_millis(3000));
+    let t1 = vgpu_region::monotonic_ns();
+    c.set(|l| l.line_mut(&limits::Device::Any).sm = Some(60));
+    std::thread::sleep(Duration::from_millis(3000));
+    let t2 = vgpu_region::monotonic_ns();
+    c.set(|l| l.line_mut(&limits::Device::Any).sm = None);
+    let wa = a.windows(Duration::from_secs(60));
+    let wb = b.windows(Duration::from_secs(60));
+    let end = wa[0].2.min(wb[0].2);
+    let s = 1_000_000_000;
+    in_band("container at 30 %", share(&pids, t0 + s, t1), 30.0);
+    in_band("container at 60 %", share(&pids, t1 + s / 2, t2), 60.0);
+    let free = share(&pids, t2 + s / 2, end);
+    assert!(free > 80.0, "no limit, yet {free:.1} %");
+    for p in pids {
+        // Both processes ran in every phase (one bucket, shared).
+        for (x, y) in [(t0 + s, t1), (t1 + s / 2, t2), (t2 + s / 2, end)] {
+            assert!(share(&[p], x, y) > 3.0, "process {p} starved in a phase");
+        }
+    }
+    a.finish();
+    b.finish();
+}
+
+/// Identity failing at every tier: the limit still holds, and the slot
+/// says the limiter is degraded and why.
+#[test]
+fn identity_failing_at_every_tier_still_limits_visibly() {
+    let _x = exclusive();
+    let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let absent = dir.path().join("no-broker.sock");
+    let env = c.env(&[
+        ("LIBVGPU_IDENTITY_TIERS", "broker,procfs"),
+        ("LIBVGPU_HOSTPID_BROKER", absent.to_str().unwrap()),
+    ]);
+    let mut t = Tenant::spawn(
+        &c.cache,
+        &["direct", "kernel", "3000", "500", "async"],
+        &env,
+    );
+    let w = t.windows(Duration::from_secs(60));
+    in_band(
+        "identity failed",
+        share(&[t.pid], w[0].1 + s(1), w[0].2),
+        30.0,
+    );
+    let slot = c.slot_of(t.pid);
+    assert_eq!(slot.limiter.state, "DegradedIdentity", "{:?}", slot.limiter);
+    assert_eq!(slot.limiter.reason, "IdentityFailed", "{:?}", slot.limiter);
+    assert_eq!(slot.identity.state, "Failed");
+    t.finish();
+}
+
+/// No usable region and a limit configured: the process paces on a
+/// private bucket (fail closed), never unlimited.
+#[test]
+fn an_unusable_region_fails_closed_on_a_private_bucket() {
+    let _x = exclusive();
+    let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
+    // A directory where the region file should be: it cannot be mapped.
+    std::fs::create_dir(&c.cache).unwrap();
+    let mut t = Tenant::spawn(
+        &c.cache,
+        &["direct", "kernel", "3000", "500", "async"],
+        &c.env(&[]),
+    );
+    let w = t.windows(Duration::from_secs(60));
+    in_band(
+        "private bucket",
+        share(&[t.pid], w[0].1 + s(1), w[0].2),
+        30.0,
+    );
+    t.finish();
+}
+
+fn s(n: u64) -> u64 {
+    n * 1_000_000_000
+}
+
+/// Priority: the node side's hold (`hold N` in a low-priority container's
+/// limits file, written while a busy high-priority container shares the
+/// device) holds the low-priority container down, and never a
+/// high-priority one.
+#[test]
+fn a_priority_hold_holds_a_low_priority_container_down() {
+    let _x = exclusive();
+    let high = container(Some("vgpu-limits 1\npriority 0\nhold 10\n"));
+    let low = container(Some("vgpu-limits 1\npriority 1\nhold 10\n"));
+    let args = ["direct", "kernel", "4000", "500", "async"];
+    let mut th = Tenant::spawn(&high.cache, &args, &high.env(&[]));
+    let mut tl = Tenant::spawn(&low.cache, &args, &low.env(&[]));
+    let wh = th.windows(Duration::from_secs(60));
+    let wl = tl.windows(Duration::from_secs(60));
+    let from = wh[0].1.max(wl[0].1) + s(1);
+    let to = wh[0].2.min(wl[0].2);
+    let (h, l) = (share(&[th.pid], from, to), share(&[tl.pid], from, to));
+    assert!(l <= 25.0, "low priority at {l:.1} % despite a 10 % hold");
+    assert!(h >= 60.0, "high priority only {h:.1} %");
+    assert_eq!(low.slot_of(tl.pid).limiter.state, "Held");
+    assert_eq!(high.slot_of(th.pid).limiter.state, "Unlimited");
+    th.finish();
+    tl.finish();
+}
