@@ -1,0 +1,19 @@
+//! vgpu's cluster half: the Kubernetes scheduler extender (`filter`,
+//! `prioritize`, `bind`) and the mutating admission webhook that decide
+//! which node and which GPUs each container's slice lands on, and write
+//! the assignment the node agent's `Allocate` reads. Speaks HAMi v2.10's
+//! annotations, resources and node lock, so a cluster can move over
+//! node by node (docs/scheduler.md).
+//!
+//! Modules, lowest first: [`quantity`], [`extender`] (wire types),
+//! [`config`], [`request`] (what a pod asks for), [`inventory`] (what a
+//! node offers), [`ledger`] (who holds what), [`fit`] (placement on one
+//! node).
+
+pub mod config;
+pub mod extender;
+pub mod fit;
+pub mod inventory;
+pub mod ledger;
+pub mod quantity;
+pub mod request;
