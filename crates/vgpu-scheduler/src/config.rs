@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use vgpu_hami::resources;
+
 /// How a node is chosen among those that fit (`hami.io/node-scheduler-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodePolicy {
@@ -55,11 +57,11 @@ pub struct ResourceNames {
 impl Default for ResourceNames {
     fn default() -> Self {
         Self {
-            count: "nvidia.com/gpu".into(),
-            memory: "nvidia.com/gpumem".into(),
-            memory_percentage: "nvidia.com/gpumem-percentage".into(),
-            cores: "nvidia.com/gpucores".into(),
-            priority: "nvidia.com/priority".into(),
+            count: resources::GPU.into(),
+            memory: resources::GPU_MEMORY.into(),
+            memory_percentage: resources::GPU_MEMORY_PERCENTAGE.into(),
+            cores: resources::GPU_CORES.into(),
+            priority: resources::PRIORITY.into(),
         }
     }
 }

@@ -15,9 +15,10 @@ use std::fmt;
 
 use crate::config::{GpuPolicy, NodePolicy};
 use crate::extender::MAX_EXTENDER_PRIORITY;
-use crate::inventory::{GpuDevice, NodeHealth, NodeInventory, MODE_SHARED};
+use crate::inventory::{GpuDevice, NodeHealth, NodeInventory};
 use crate::ledger::{effective_usage, AssignedDevice, Assignment, DeviceUsage};
 use crate::request::{GpuRequest, PodRequest};
+use vgpu_hami::keys;
 
 /// Why one card cannot serve one container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -360,7 +361,7 @@ fn check_card(
     if node.cordoned.contains(&d.uuid) {
         return Err(CardRefusal::Cordoned);
     }
-    if d.mode != MODE_SHARED {
+    if d.mode != keys::MODE_HAMI_CORE {
         return Err(CardRefusal::ModeUnsupported);
     }
     if !sel.mode_allowed(&d.mode) {

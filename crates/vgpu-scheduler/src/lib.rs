@@ -8,12 +8,16 @@
 //! Modules, lowest first: [`quantity`], [`extender`] (wire types),
 //! [`config`], [`request`] (what a pod asks for), [`inventory`] (what a
 //! node offers), [`ledger`] (who holds what), [`fit`] (placement on one
-//! node).
+//! node), [`assignment`] (placements as pod annotations), [`state`] (the
+//! cluster picture), [`decide`] (the filter and prioritize answers).
 
+pub mod assignment;
 pub mod config;
+pub mod decide;
 pub mod extender;
 pub mod fit;
 pub mod inventory;
 pub mod ledger;
 pub mod quantity;
 pub mod request;
+pub mod state;

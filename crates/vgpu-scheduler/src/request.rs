@@ -15,15 +15,7 @@ use thiserror::Error;
 
 use crate::config::{GpuPolicy, NodePolicy, SchedulerConfig};
 use crate::quantity::{self, QuantityError};
-
-pub const ANNOTATION_USE_TYPE: &str = "nvidia.com/use-gputype";
-pub const ANNOTATION_NOUSE_TYPE: &str = "nvidia.com/nouse-gputype";
-pub const ANNOTATION_USE_UUID: &str = "nvidia.com/use-gpuuuid";
-pub const ANNOTATION_NOUSE_UUID: &str = "nvidia.com/nouse-gpuuuid";
-pub const ANNOTATION_NUMA_BIND: &str = "nvidia.com/numa-bind";
-pub const ANNOTATION_VGPU_MODE: &str = "nvidia.com/vgpu-mode";
-pub const ANNOTATION_GPU_POLICY: &str = "hami.io/gpu-scheduler-policy";
-pub const ANNOTATION_NODE_POLICY: &str = "hami.io/node-scheduler-policy";
+use vgpu_hami::keys;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum RequestError {
@@ -115,8 +107,7 @@ impl DeviceSelector {
     pub fn type_allowed(&self, card_type: &str) -> bool {
         let card = card_type.to_uppercase();
         let hit = |list: &[String]| list.iter().any(|t| card.contains(&t.to_uppercase()));
-        (self.use_types.is_empty() || hit(&self.use_types))
-            && !(!self.nouse_types.is_empty() && hit(&self.nouse_types))
+        (self.use_types.is_empty() || hit(&self.use_types)) && !hit(&self.nouse_types)
     }
 
     pub fn uuid_allowed(&self, uuid: &str) -> bool {
@@ -176,33 +167,33 @@ impl PodRequest {
                 .unwrap_or_default()
         };
         let selector = DeviceSelector {
-            use_types: list(ANNOTATION_USE_TYPE),
-            nouse_types: list(ANNOTATION_NOUSE_TYPE),
-            use_uuids: list(ANNOTATION_USE_UUID),
-            nouse_uuids: list(ANNOTATION_NOUSE_UUID),
-            mode: get(ANNOTATION_VGPU_MODE).map(str::to_owned),
+            use_types: list(keys::USE_GPU_TYPE),
+            nouse_types: list(keys::NOUSE_GPU_TYPE),
+            use_uuids: list(keys::USE_GPU_UUID),
+            nouse_uuids: list(keys::NOUSE_GPU_UUID),
+            mode: get(keys::VGPU_MODE).map(str::to_owned),
         };
-        let numa_bind = match get(ANNOTATION_NUMA_BIND) {
+        let numa_bind = match get(keys::NUMA_BIND) {
             None => false,
-            Some(v) => parse_go_bool(v).ok_or_else(|| RequestError::Annotation {
-                key: ANNOTATION_NUMA_BIND,
+            Some(v) => keys::parse_go_bool(v).ok_or_else(|| RequestError::Annotation {
+                key: keys::NUMA_BIND,
                 value: v.to_owned(),
                 expected: "expected true or false",
             })?,
         };
-        let node_policy = match get(ANNOTATION_NODE_POLICY) {
+        let node_policy = match get(keys::NODE_SCHEDULER_POLICY) {
             None => cfg.node_policy,
             Some(v) => NodePolicy::parse(v).ok_or_else(|| RequestError::Annotation {
-                key: ANNOTATION_NODE_POLICY,
+                key: keys::NODE_SCHEDULER_POLICY,
                 value: v.to_owned(),
                 expected: "expected binpack or spread",
             })?,
         };
-        let (gpu_policy, idle_gpus_only) = match get(ANNOTATION_GPU_POLICY) {
+        let (gpu_policy, idle_gpus_only) = match get(keys::GPU_SCHEDULER_POLICY) {
             None => (cfg.gpu_policy, false),
             Some(v) => {
                 parse_gpu_policy(v, cfg.gpu_policy).ok_or_else(|| RequestError::Annotation {
-                    key: ANNOTATION_GPU_POLICY,
+                    key: keys::GPU_SCHEDULER_POLICY,
                     value: v.to_owned(),
                     expected: "expected binpack, spread, numa or mutex (comma-separated); \
                                topology-aware is not supported",
@@ -246,15 +237,6 @@ fn parse_gpu_policy(v: &str, default: GpuPolicy) -> Option<(GpuPolicy, bool)> {
         }
     }
     Some((order.unwrap_or(default), mutex))
-}
-
-/// Go's `strconv.ParseBool`.
-pub fn parse_go_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
 }
 
 /// A resource's integer value, limits first, then requests (as HAMi reads it).
