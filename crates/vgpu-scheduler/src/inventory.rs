@@ -54,6 +54,9 @@ pub struct NodeInventory {
     pub health: NodeHealth,
     /// Why the register annotation could not be used, when it could not.
     pub register_error: Option<String>,
+    /// A GPU node whose handshake is not a standing request: the
+    /// scheduler should write `Requesting_<now>` (HAMi's health timer).
+    pub handshake_due: bool,
 }
 
 impl GpuDevice {
@@ -144,11 +147,13 @@ impl NodeInventory {
             .and_then(|a| a.get(count_resource))
             .and_then(|q| quantity::parse_int(&q.0).ok())
             .unwrap_or(0);
+        let handshake = get(keys::NODE_HANDSHAKE);
         NodeInventory {
             name,
+            handshake_due: get(keys::NODE_REGISTER).is_some() && handshake_needs_request(handshake),
             devices,
             cordoned: parse_cordon(get(keys::DEVICE_CORDON)),
-            health: node_health(get(keys::NODE_HANDSHAKE), allocatable, now, timeout),
+            health: node_health(handshake, allocatable, now, timeout),
             register_error,
         }
     }

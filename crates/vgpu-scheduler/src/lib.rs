@@ -9,15 +9,26 @@
 //! [`config`], [`request`] (what a pod asks for), [`inventory`] (what a
 //! node offers), [`ledger`] (who holds what), [`fit`] (placement on one
 //! node), [`assignment`] (placements as pod annotations), [`state`] (the
-//! cluster picture), [`decide`] (the filter and prioritize answers).
+//! cluster picture), [`decide`] (the filter and prioritize answers),
+//! [`webhook`] (admission), [`metrics`], [`scheduler`] (the shared
+//! running parts), [`bind`] (node lock and binding), [`watch`] (keeping
+//! the picture current), [`server`] (HTTP endpoints), [`run`] (starting
+//! it all).
 
 pub mod assignment;
+pub mod bind;
 pub mod config;
 pub mod decide;
 pub mod extender;
 pub mod fit;
 pub mod inventory;
 pub mod ledger;
+pub mod metrics;
 pub mod quantity;
 pub mod request;
+pub mod run;
+pub mod scheduler;
+pub mod server;
 pub mod state;
+pub mod watch;
+pub mod webhook;

@@ -39,6 +39,34 @@ impl ClusterState {
         self.nodes.insert(inv.name.clone(), inv);
     }
 
+    /// A full relist of nodes: the picture becomes exactly these.
+    pub fn replace_nodes(&mut self, nodes: &[Node], cfg: &SchedulerConfig, now: DateTime) {
+        self.nodes.clear();
+        for n in nodes {
+            self.apply_node(n, cfg, now);
+        }
+    }
+
+    /// A full relist of assigned pods: the ledger becomes exactly these,
+    /// plus binds still assumed (their patch may postdate the list).
+    pub fn replace_pods(&mut self, pods: &[Pod], now: Instant) {
+        self.assumed
+            .retain(|_, t| now.duration_since(*t) < ASSUME_TTL);
+        let keep: Vec<(String, PodUsage)> = self
+            .assumed
+            .keys()
+            .filter_map(|uid| self.ledger.pod(uid).map(|p| (uid.clone(), p.clone())))
+            .collect();
+        self.ledger = Ledger::default();
+        self.unreadable.clear();
+        for (uid, usage) in keep {
+            self.ledger.upsert(&uid, usage);
+        }
+        for pod in pods {
+            self.apply_pod(pod, now);
+        }
+    }
+
     pub fn remove_node(&mut self, name: &str) {
         self.nodes.remove(name);
     }

@@ -35,6 +35,7 @@ fn node(devices: Vec<GpuDevice>) -> NodeInventory {
         cordoned: HashSet::new(),
         health: NodeHealth::Healthy,
         register_error: None,
+        handshake_due: false,
     }
 }
 
