@@ -1,43 +1,172 @@
-//! `vgpu inspect <cache> [--json]`: a shared region's header, limits and
-//! live slots with their usage, identity and phase timestamps. Reads only
-//! (read-only mapping: no reclaim, no writes); a file that is not a usable
-//! region is explained.
-use std::path::PathBuf;
+//! `vgpu inspect [cache] [--json] [--limits FILE]`: a shared region's
+//! header, limits and live slots with their usage, identity and phase
+//! timestamps, and the limits file that applies to it (docs/limits.md) with
+//! whether the region's display copy agrees. Reads only (read-only mapping:
+//! no reclaim, no writes; nothing at the paths is followed or blocked on);
+//! a file that is not a usable region is explained.
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use vgpu_region::{Region, SlotSnapshot, Snapshot};
+use vgpu_region::limits::{self, LimitsError};
+use vgpu_region::{DisplayMismatch, Region, SlotSnapshot, Snapshot};
+
+/// Where a process that lost its environment finds its region (the
+/// interposer's default).
+pub const DEFAULT_CACHE: &str = "/tmp/vgpu/region.cache";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The region file (CUDA_DEVICE_MEMORY_SHARED_CACHE of the container).
-    pub cache: PathBuf,
+    /// The region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else
+    /// /tmp/vgpu/region.cache).
+    pub cache: Option<PathBuf>,
     /// Print the snapshot as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The limits file (default: found from the region's path, see
+    /// docs/limits.md).
+    #[arg(long)]
+    pub limits: Option<PathBuf>,
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let r = match Region::open_read_only(&args.cache) {
+    let cache = args.cache.unwrap_or_else(|| {
+        std::env::var_os("CUDA_DEVICE_MEMORY_SHARED_CACHE")
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from(DEFAULT_CACHE), PathBuf::from)
+    });
+    let r = match Region::open_read_only(&cache) {
         Ok(r) => r,
         Err(e) => {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(": ");
-                msg.push_str(&s.to_string());
-                src = s.source();
-            }
-            eprintln!("vgpu inspect: {msg}");
+            eprintln!("vgpu inspect: {} [{}]", chain(&e), e.unusable().name());
             return Ok(ExitCode::from(1));
         }
     };
     let snap = r.snapshot();
+    let file = args
+        .limits
+        .unwrap_or_else(|| limits::path_for_region(&cache));
+    let lim = limits::read_limits_file(&file);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&snap)?);
+        let mut v = serde_json::to_value(&snap)?;
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("limits_file".into(), limits_json(&file, &lim, &r));
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", render_with(&snap, &owner_status));
+        print!("{}", render_limits(&file, &lim, &r));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn limits_json(
+    file: &Path,
+    lim: &Result<limits::Limits, LimitsError>,
+    r: &Region,
+) -> serde_json::Value {
+    let path = file.display().to_string();
+    match lim {
+        Ok(l) => serde_json::json!({
+            "path": path,
+            "status": "ok",
+            "limits": l,
+            "devices": (0..r.device_count()).map(|d| {
+                let uuid = r.device_uuid(d);
+                serde_json::json!({ "index": d, "uuid": uuid, "applies": l.for_device(&uuid) })
+            }).collect::<Vec<_>>(),
+            "region_disagrees": r.display_mismatches(l),
+        }),
+        Err(e) if e.is_not_found() => serde_json::json!({ "path": path, "status": "missing" }),
+        Err(e) => serde_json::json!({ "path": path, "status": "unusable", "error": chain(e) }),
+    }
+}
+
+fn limit_text(l: limits::DeviceLimit) -> String {
+    format!(
+        "memory limit {}  SM limit {}",
+        l.memory.map_or_else(|| "none".into(), bytes),
+        l.sm.map_or_else(|| "none".into(), |s| format!("{s}%"))
+    )
+}
+
+/// The limits-file part of the report: what applies to each device and
+/// whether the region's display copy agrees.
+pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: &Region) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let l = match lim {
+        Ok(l) => l,
+        Err(e) if e.is_not_found() => {
+            let _ = writeln!(
+                o,
+                "limits file {}: none (no operator file: the environment and the region's values apply)",
+                file.display()
+            );
+            return o;
+        }
+        Err(e) => {
+            let _ = writeln!(
+                o,
+                "limits file {}: UNUSABLE: {} (a process that finds it admits nothing rather than run unlimited)",
+                file.display(),
+                chain(e)
+            );
+            return o;
+        }
+    };
+    let _ = writeln!(o, "limits file {} (applies):", file.display());
+    let mism: Vec<DisplayMismatch> = r.display_mismatches(l);
+    for d in 0..r.device_count() {
+        let uuid = r.device_uuid(d);
+        let mine: Vec<&DisplayMismatch> = mism.iter().filter(|m| m.device == d).collect();
+        let agree = if mine.is_empty() {
+            "region copy agrees".to_string()
+        } else {
+            let what: Vec<String> = mine
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} {} in the header",
+                        m.field,
+                        if m.region == 0 {
+                            "none".to_string()
+                        } else {
+                            m.region.to_string()
+                        }
+                    )
+                })
+                .collect();
+            format!(
+                "region copy DISAGREES: {}; the file applies",
+                what.join(", ")
+            )
+        };
+        let _ = writeln!(
+            o,
+            "  [{d}] {}  {}  ({agree})",
+            if uuid.is_empty() { "-" } else { &uuid },
+            limit_text(l.for_device(&uuid))
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  policy {}, priority {}, suspended {}",
+        l.policy.map_or("-", |p| p.name()),
+        l.priority.map_or_else(|| "-".into(), |p| p.to_string()),
+        if l.is_suspended() { "yes" } else { "no" }
+    );
+    o
 }
 
 fn bytes(n: u64) -> String {
@@ -302,11 +431,107 @@ mod tests {
         let p = dir.path().join("cache");
         std::fs::write(&p, b"definitely not a region").unwrap();
         let code = run(Args {
-            cache: p.clone(),
+            cache: Some(p.clone()),
             json: false,
+            limits: None,
         })
         .unwrap();
         assert_eq!(code, ExitCode::from(1));
         assert_eq!(std::fs::read(&p).unwrap(), b"definitely not a region");
+    }
+
+    fn inspect_region(dir: &Path) -> (PathBuf, Region) {
+        let p = dir.join("region.cache");
+        let (r, _) = Region::open_or_create(
+            &p,
+            &CreateOptions {
+                slots: 4,
+                devices: vec![DeviceConfig {
+                    uuid: "GPU-inspect-0".into(),
+                    mem_limit: 1 << 30,
+                    sm_limit: 0,
+                }],
+            },
+        )
+        .unwrap();
+        (p, r)
+    }
+
+    #[test]
+    fn shows_the_limits_file_and_whether_the_header_agrees() {
+        let dir = TempDir::new();
+        let (p, r) = inspect_region(dir.path());
+        let file = dir.path().join("limits");
+        let none = render_limits(&file, &limits::read_limits_file(&file), &r);
+        assert!(none.contains(": none (no operator file"), "{none}");
+        std::fs::write(
+            &file,
+            "vgpu-limits 1\ndevice * memory=1073741824 sm=30\npriority 1\n",
+        )
+        .unwrap();
+        let out = render_limits(&file, &limits::read_limits_file(&file), &r);
+        for want in [
+            "(applies):",
+            "[0] GPU-inspect-0  memory limit 1.0 GiB (1073741824)  SM limit 30%",
+            "region copy DISAGREES: SM limit none in the header; the file applies",
+            "policy -, priority 1, suspended no",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
+        r.write_display_copy(&limits::read_limits_file(&file).unwrap())
+            .unwrap();
+        let out = render_limits(&file, &limits::read_limits_file(&file), &r);
+        assert!(out.contains("(region copy agrees)"), "{out}");
+        std::fs::write(&file, "vgpu-limits 7\n").unwrap();
+        let out = render_limits(&file, &limits::read_limits_file(&file), &r);
+        assert!(
+            out.contains("UNUSABLE") && out.contains("version 7"),
+            "{out}"
+        );
+        let lim = limits::read_limits_file(&file);
+        let j = limits_json(&file, &lim, &r);
+        assert_eq!(j["status"], "unusable");
+        std::fs::write(&file, "vgpu-limits 1\ndevice GPU-inspect-0 memory=5\n").unwrap();
+        let j = limits_json(&file, &limits::read_limits_file(&file), &r);
+        assert_eq!(j["status"], "ok");
+        assert_eq!(j["devices"][0]["applies"]["memory"], 5);
+        assert_eq!(j["region_disagrees"][0]["field"], "memory limit");
+        let _ = p;
+    }
+
+    #[test]
+    fn a_fifo_at_the_region_path_is_refused_without_blocking() {
+        let dir = TempDir::new();
+        let p = dir.path().join("region.cache");
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pp = p.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(
+                run(Args {
+                    cache: Some(pp),
+                    json: false,
+                    limits: None,
+                })
+                .unwrap(),
+            );
+        });
+        let code = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("vgpu inspect blocked on a FIFO");
+        assert_eq!(code, ExitCode::from(1));
+        // And a FIFO as the limits file next to a real region: shown as
+        // unusable, not waited on.
+        let dir = TempDir::new();
+        let (p, r) = inspect_region(dir.path());
+        let file = dir.path().join("limits");
+        let c = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let out = render_limits(&file, &limits::read_limits_file(&file), &r);
+        assert!(out.contains("UNUSABLE") && out.contains("FIFO"), "{out}");
+        let _ = p;
     }
 }

@@ -1,12 +1,16 @@
-//! `vgpu limit <cache> [--memory SIZE] [--sm PERCENT] [--device N]`: changes
-//! a live region's limits. Every process sees the new memory limit at its
-//! next allocation; nothing already allocated is revoked.
-use std::path::PathBuf;
+//! `vgpu limit <cache> [--memory SIZE] [--sm PERCENT] [--device N]
+//! [--limits FILE]`: the operator's way to change a container's limits. It
+//! rewrites the limits file (docs/limits.md; found next to the region by
+//! `limits::path_for_region` unless `--limits` names it), then updates the
+//! region header's display copy and bumps its `limits_generation` so every
+//! process re-reads the file. Nothing already allocated is revoked.
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
+use vgpu_region::limits::{self, Device, Limits as LimitsFile};
 use vgpu_region::units::{parse_mem_size, parse_sm_percent};
-use vgpu_region::{Limits, Region};
+use vgpu_region::{Region, Unusable};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,58 +20,158 @@ pub struct Args {
     /// "none" removes the limit.
     #[arg(long)]
     pub memory: Option<String>,
-    /// New SM limit in percent (0 or 100 = none).
+    /// New SM limit in percent (0, 100 or "none" = no limit).
     #[arg(long)]
     pub sm: Option<String>,
-    /// Only this device (default: every device of the region).
+    /// Only this device (the region's index; default: every device).
     #[arg(long)]
     pub device: Option<u32>,
+    /// The limits file (default: found from the region's path, see
+    /// docs/limits.md).
+    #[arg(long)]
+    pub limits: Option<PathBuf>,
+}
+
+fn show(n: Option<u64>, unit: &str) -> String {
+    n.map_or_else(|| "none".into(), |v| format!("{v}{unit}"))
+}
+
+/// The file's starting point when none exists yet: what the region's
+/// header recorded, device by device (a region made before limits files).
+fn seed_from(r: &Region) -> LimitsFile {
+    let mut l = LimitsFile::default();
+    for d in 0..r.device_count() {
+        let uuid = r.device_uuid(d);
+        if uuid.is_empty() || l.devices.iter().any(|x| x.device.as_str() == uuid) {
+            continue;
+        }
+        let cur = limits::DeviceLimit::from_region(r.limits(d));
+        l.devices.push(limits::DeviceLine {
+            device: Device::Uuid(uuid),
+            memory: cur.memory,
+            sm: cur.sm,
+        });
+    }
+    l
+}
+
+/// Reads the limits file at `path`; `Ok(None)` when there is none.
+pub fn read_existing(path: &Path) -> anyhow::Result<Option<LimitsFile>> {
+    match limits::read_limits_file(path) {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e).context("the limits file cannot be used (fix or remove it first)"),
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.memory.is_none() && args.sm.is_none() {
-        anyhow::bail!("nothing to change: give --memory and/or --sm");
+        bail!("nothing to change: give --memory and/or --sm");
     }
     let mem = match args.memory.as_deref() {
         None => None,
-        Some(s) if s.eq_ignore_ascii_case("none") => Some(0),
-        Some(s) => Some(parse_mem_size(s).context("--memory")?),
+        Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
+        Some(s) => Some(Some(parse_mem_size(s).context("--memory")?).filter(|&m| m != 0)),
     };
     let sm = match args.sm.as_deref() {
         None => None,
-        Some(s) if s.eq_ignore_ascii_case("none") => Some(0),
-        Some(s) => Some(parse_sm_percent(s).context("--sm")?),
+        Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
+        Some(s) => Some(Some(parse_sm_percent(s).context("--sm")?).filter(|&p| p != 0 && p < 100)),
     };
-    // RegionError names the file and what failed.
-    let r = Region::open(&args.cache)?;
-    let devices: Vec<u32> = match args.device {
-        Some(d) if d < r.device_count() => vec![d],
-        Some(d) => anyhow::bail!(
+    let file = args
+        .limits
+        .clone()
+        .unwrap_or_else(|| limits::path_for_region(&args.cache));
+    // The region is optional: a limit may be set before any process ran.
+    let region = match Region::open(&args.cache) {
+        Ok(r) => Some(r),
+        Err(e) if e.unusable() == Unusable::Missing => None,
+        // RegionError names the file and what failed.
+        Err(e) => return Err(e).context("the region (give an existing region file)"),
+    };
+    let old = read_existing(&file)?;
+    let mut l = match (&old, &region) {
+        (Some(l), _) => l.clone(),
+        (None, Some(r)) => seed_from(r),
+        (None, None) => LimitsFile::default(),
+    };
+    let targets: Vec<Device> = match (args.device, &region) {
+        (Some(d), Some(r)) if d < r.device_count() => {
+            let uuid = r.device_uuid(d);
+            if uuid.is_empty() {
+                bail!("--device {d}: the region records no UUID for it");
+            }
+            vec![Device::Uuid(uuid)]
+        }
+        (Some(d), Some(r)) => bail!(
             "--device {d}: region {} has {} devices",
             args.cache.display(),
             r.device_count()
         ),
-        None if r.device_count() == 0 => {
-            anyhow::bail!("region {} has no devices", args.cache.display())
+        (Some(d), None) => bail!(
+            "--device {d}: no region at {} to name its devices",
+            args.cache.display()
+        ),
+        // Every device: each line the file has, and `*` for the rest.
+        (None, _) => {
+            let mut v: Vec<Device> = l.devices.iter().map(|x| x.device.clone()).collect();
+            if !v.contains(&Device::Any) {
+                v.push(Device::Any);
+            }
+            v
         }
-        None => (0..r.device_count()).collect(),
     };
-    for d in devices {
-        let old = r.limits(d);
-        let new = Limits {
-            mem: mem.unwrap_or(old.mem),
-            sm: sm.map(|s| if s >= 100 { 0 } else { s }).unwrap_or(old.sm),
-        };
-        r.try_set_limits(d, new)?;
+    for t in &targets {
+        let line = l.line_mut(t);
+        if let Some(m) = mem {
+            line.memory = m;
+        }
+        if let Some(s) = sm {
+            line.sm = s;
+        }
+    }
+    limits::write_limits_file_atomic(&file, &l)
+        .with_context(|| format!("writing the limits file {}", file.display()))?;
+    println!(
+        "limits file {} {}",
+        file.display(),
+        if old.is_some() { "updated" } else { "created" }
+    );
+    for t in &targets {
+        let before = old
+            .as_ref()
+            .and_then(|o| o.devices.iter().find(|x| x.device == *t).cloned());
+        let after = l.devices.iter().find(|x| x.device == *t);
         println!(
-            "device {d} ({}): memory limit {} -> {}, SM limit {} -> {} (in use {})",
-            r.device_uuid(d),
-            old.mem,
-            new.mem,
-            old.sm,
-            new.sm,
-            r.device_used(d)
+            "  device {}: memory {} -> {}, SM {} -> {}",
+            t.as_str(),
+            show(before.as_ref().and_then(|b| b.memory), ""),
+            show(after.and_then(|a| a.memory), ""),
+            show(before.as_ref().and_then(|b| b.sm).map(u64::from), "%"),
+            show(after.and_then(|a| a.sm).map(u64::from), "%"),
         );
+    }
+    match region {
+        Some(r) => {
+            let changes = r
+                .write_display_copy(&l)
+                .context("updating the region's display copy")?;
+            for (d, old, new) in changes {
+                println!(
+                    "region device {d} ({}): memory limit {} -> {}, SM limit {} -> {} (in use {})",
+                    r.device_uuid(d),
+                    old.mem,
+                    new.mem,
+                    old.sm,
+                    new.sm,
+                    r.device_used(d)
+                );
+            }
+        }
+        None => println!(
+            "no region at {} yet: its processes read the file when they start",
+            args.cache.display()
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -97,7 +201,7 @@ mod tests {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
-    use vgpu_region::{CreateOptions, DeviceConfig, MemKind};
+    use vgpu_region::{CreateOptions, DeviceConfig, Limits, MemKind};
 
     fn region(dir: &std::path::Path) -> (PathBuf, Region) {
         let p = dir.join("cache");
@@ -123,6 +227,7 @@ mod tests {
             memory: mem.map(str::to_owned),
             sm: sm.map(str::to_owned),
             device: dev,
+            limits: None,
         }
     }
 
@@ -174,5 +279,142 @@ mod tests {
         assert!(run(args(&p, None, None, None)).is_err());
         assert_eq!(r.limits(0).mem, 1 << 30);
         assert_eq!(r.limits(1).mem, 1 << 30);
+    }
+
+    #[test]
+    fn the_limits_file_is_what_changes_and_the_header_follows() {
+        let dir = TempDir::new();
+        let (p, r) = region(dir.path());
+        let g = r.limits_generation();
+        run(args(&p, Some("2g"), Some("30"), Some(0))).unwrap();
+        // `vgpu run` layout: next to the region.
+        let file = dir.path().join("limits");
+        let l = limits::read_limits_file(&file).unwrap();
+        assert_eq!(
+            l.for_device("GPU-0"),
+            limits::DeviceLimit {
+                memory: Some(2 << 30),
+                sm: Some(30)
+            }
+        );
+        // Seeded from the header for the device left alone.
+        assert_eq!(l.for_device("GPU-1").memory, Some(1 << 30));
+        assert_eq!(
+            r.limits(0),
+            vgpu_region::Limits {
+                mem: 2 << 30,
+                sm: 30
+            }
+        );
+        assert!(r.limits_generation() > g);
+        assert!(r.display_mismatches(&l).is_empty());
+        // A tenant lowering its header copy changes nothing in the file;
+        // the next `vgpu limit` writes the file's values back.
+        r.set_limits(0, vgpu_region::Limits { mem: 0, sm: 0 });
+        assert_eq!(r.display_mismatches(&l).len(), 2);
+        run(args(&p, None, Some("40"), Some(1))).unwrap();
+        assert_eq!(
+            r.limits(0),
+            vgpu_region::Limits {
+                mem: 2 << 30,
+                sm: 30
+            }
+        );
+        assert_eq!(r.limits(1).sm, 40);
+        // Every device: the `*` line too, for devices without their own.
+        run(args(&p, Some("none"), None, None)).unwrap();
+        let l = limits::read_limits_file(&file).unwrap();
+        assert_eq!(l.for_device("GPU-other").memory, None);
+        assert_eq!(r.limits(0).mem, 0);
+        assert_eq!(r.limits(1).mem, 0);
+    }
+
+    #[test]
+    fn the_node_agent_layout_and_an_explicit_file() {
+        let dir = TempDir::new();
+        let ctr = dir.path().join("containers").join("pod1_main");
+        std::fs::create_dir_all(&ctr).unwrap();
+        std::fs::create_dir_all(dir.path().join("limits").join("pod1_main")).unwrap();
+        let (p, r) = region(&ctr);
+        run(args(&p, Some("512m"), None, None)).unwrap();
+        let file = dir.path().join("limits/pod1_main/limits");
+        let l = limits::read_limits_file(&file).unwrap();
+        assert_eq!(l.for_device("GPU-1").memory, Some(512 << 20));
+        assert!(!ctr.join("limits").exists());
+        assert_eq!(r.limits(1).mem, 512 << 20);
+        // --limits wins over the rule.
+        let other = dir.path().join("elsewhere");
+        let mut a = args(&p, Some("1m"), None, Some(1));
+        a.limits = Some(other.clone());
+        run(a).unwrap();
+        assert_eq!(
+            limits::read_limits_file(&other)
+                .unwrap()
+                .for_device("GPU-1")
+                .memory,
+            Some(1 << 20)
+        );
+        // The node agent's directory missing: a clear error, nothing written.
+        let lone = dir.path().join("containers").join("pod2_main");
+        std::fs::create_dir_all(&lone).unwrap();
+        let (p2, _r2) = region(&lone);
+        let e = format!("{:#}", run(args(&p2, Some("1g"), None, None)).unwrap_err());
+        assert!(e.contains("limits/pod2_main/limits"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_or_hostile_limits_file_is_refused_untouched() {
+        let dir = TempDir::new();
+        let (p, r) = region(dir.path());
+        let file = dir.path().join("limits");
+        std::fs::write(&file, "vgpu-limits 1\ndevice * memory=lots\n").unwrap();
+        let e = format!("{:#}", run(args(&p, Some("1g"), None, None)).unwrap_err());
+        assert!(e.contains("line 2"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "vgpu-limits 1\ndevice * memory=lots\n"
+        );
+        assert_eq!(r.limits(0).mem, 1 << 30);
+        // A FIFO planted there: refused at once, never blocked on.
+        std::fs::remove_file(&file).unwrap();
+        let c = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pp = p.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(format!(
+                "{:#}",
+                run(args(&pp, Some("1g"), None, None)).unwrap_err()
+            ));
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("vgpu limit blocked on a FIFO");
+        assert!(e.contains("FIFO"), "{e}");
+        // A symlink there is not followed either.
+        std::fs::remove_file(&file).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "x").unwrap();
+        std::os::unix::fs::symlink(&victim, &file).unwrap();
+        assert!(run(args(&p, Some("1g"), None, None)).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "x");
+    }
+
+    #[test]
+    fn before_any_process_the_file_alone_is_written() {
+        let dir = TempDir::new();
+        let p = dir.path().join("region.cache");
+        run(args(&p, Some("3g"), Some("20"), None)).unwrap();
+        let l = limits::read_limits_file(&dir.path().join("limits")).unwrap();
+        assert_eq!(
+            l.for_device("GPU-any"),
+            limits::DeviceLimit {
+                memory: Some(3 << 30),
+                sm: Some(20)
+            }
+        );
+        assert!(!p.exists(), "no region is made");
+        assert!(run(args(&p, Some("3g"), None, Some(0))).is_err());
     }
 }

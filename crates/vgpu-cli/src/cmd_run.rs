@@ -1,12 +1,18 @@
 //! `vgpu run`: run a command under libvgpu.so with a memory budget / SM
 //! share, on the real NVIDIA driver when present, else on a private
-//! simulated GPU (said on stderr).
+//! simulated GPU (said on stderr). The limits go into a limits file
+//! (docs/limits.md) the command finds through `LIBVGPU_LIMITS_FILE`, and
+//! into HAMi's environment for interposers that read only that.
 use std::ffi::CString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use std::os::unix::fs::PermissionsExt;
+
 use anyhow::{bail, Context};
+use vgpu_region::limits;
+use vgpu_region::{Region, Unusable};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,6 +26,8 @@ pub struct Args {
     #[arg(long)]
     device: Vec<String>,
     /// The shared-region file (default: a fresh private one for this run).
+    /// An existing region keeps its limits: --memory/--sm must agree with
+    /// them (change them with `vgpu limit`).
     #[arg(long)]
     cache: Option<PathBuf>,
     /// Use the simulated GPU even if an NVIDIA driver is present.
@@ -95,7 +103,32 @@ pub fn locate_lib(lib: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     std::fs::canonicalize(&p).with_context(|| format!("interposer {}", p.display()))
 }
 
-/// The environment that puts a process under libvgpu.so.
+/// Characters `ld.so` splits `LD_PRELOAD` on: a library path holding one
+/// would be cut in pieces and the command would run without it.
+const PRELOAD_SEPARATORS: &[char] = &[' ', ':', '\t', '\n'];
+
+/// A path `LD_PRELOAD` can carry as one entry: `lib` itself, or a symlink
+/// to it in `dir` (ld.so has no quoting).
+pub fn preload_path(lib: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    let clean = |p: &Path| !p.to_string_lossy().contains(PRELOAD_SEPARATORS);
+    if clean(lib) {
+        return Ok(lib.to_owned());
+    }
+    let link = dir.join("libvgpu.so");
+    if !clean(&link) {
+        bail!(
+            "the interposer path {:?} holds a space, colon, tab or newline (LD_PRELOAD splits on them) and so does the temporary directory {:?}",
+            lib,
+            dir
+        );
+    }
+    std::os::unix::fs::symlink(lib, &link)
+        .with_context(|| format!("linking {} at {}", lib.display(), link.display()))?;
+    Ok(link)
+}
+
+/// The environment that puts a process under libvgpu.so. `lib` must be a
+/// single `LD_PRELOAD` entry (see `preload_path`).
 pub fn preload_env(
     lib: &Path,
     cache: &Path,
@@ -124,6 +157,131 @@ pub fn preload_env(
     env
 }
 
+/// What `--memory`/`--sm` ask for, as a limit on every device.
+fn requested(memory: Option<u64>, sm: Option<u32>) -> limits::DeviceLimit {
+    limits::DeviceLimit {
+        memory: memory.filter(|&m| m != 0),
+        sm: sm.filter(|&s| s != 0 && s < 100),
+    }
+}
+
+fn describe(l: limits::DeviceLimit) -> String {
+    format!(
+        "memory {}, SM {}",
+        l.memory.map_or_else(|| "none".into(), |m| format!("{m} B")),
+        l.sm.map_or_else(|| "none".into(), |s| format!("{s}%"))
+    )
+}
+
+/// Where the limits of this run come from.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LimitsPlan {
+    /// Write this file (the run's own, or a fresh region's) and name it.
+    Write(PathBuf),
+    /// An existing limits file applies; name it.
+    Use(PathBuf),
+    /// No limits file: the environment (and an existing region's header)
+    /// apply.
+    EnvOnly,
+}
+
+/// For `--cache`: what applies to the region there, refusing a request
+/// that would be silently ignored (an existing region keeps its limits).
+pub fn plan_for_cache(
+    cache: &Path,
+    memory: Option<u64>,
+    sm: Option<u32>,
+) -> anyhow::Result<LimitsPlan> {
+    let asked = memory.is_some() || sm.is_some();
+    let want = requested(memory, sm);
+    let file = limits::path_for_region(cache);
+    let differs = |have: limits::DeviceLimit| {
+        (memory.is_some() && have.memory != want.memory) || (sm.is_some() && have.sm != want.sm)
+    };
+    if let Some(l) = crate::cmd_limit::read_existing(&file)? {
+        let mut lines: Vec<limits::DeviceLimit> = l
+            .devices
+            .iter()
+            .map(|d| l.for_device(d.device.as_str()))
+            .collect();
+        lines.push(l.for_device("*"));
+        if let Some(bad) = lines.into_iter().find(|&h| differs(h)) {
+            bail!(
+                "--cache {}: its limits file {} says {}, which applies to every process sharing the region; \
+                 change it with `vgpu limit {} ...`, or omit --cache for a private region",
+                cache.display(),
+                file.display(),
+                describe(bad),
+                cache.display()
+            );
+        }
+        eprintln!(
+            "vgpu: --cache {}: limits from {}",
+            cache.display(),
+            file.display()
+        );
+        return Ok(LimitsPlan::Use(file));
+    }
+    match Region::open_read_only(cache) {
+        Ok(r) => {
+            for d in 0..r.device_count() {
+                let have = limits::DeviceLimit::from_region(r.limits(d));
+                if differs(have) {
+                    bail!(
+                        "--cache {}: the region records {} for device {d}, which applies to every process sharing it; \
+                         change it with `vgpu limit {} ...`, or omit --cache for a private region",
+                        cache.display(),
+                        describe(have),
+                        cache.display()
+                    );
+                }
+            }
+            eprintln!(
+                "vgpu: --cache {}: the limits the region recorded apply (no limits file at {})",
+                cache.display(),
+                file.display()
+            );
+            Ok(LimitsPlan::EnvOnly)
+        }
+        Err(e) if e.unusable() == Unusable::Missing => {
+            // A fresh region: its limits file goes next to it, unless that
+            // directory is shared with others (/tmp), where a file named
+            // "limits" is anyone's to plant.
+            let dir = file.parent().unwrap_or(Path::new("."));
+            let private = std::fs::metadata(dir)
+                .map(|m| m.permissions().mode() & 0o022 == 0)
+                .unwrap_or(false);
+            if private {
+                Ok(LimitsPlan::Write(file))
+            } else {
+                if asked {
+                    eprintln!(
+                        "vgpu: --cache {}: {} is writable by others, so no limits file is written there; the limits come from the environment",
+                        cache.display(),
+                        dir.display()
+                    );
+                }
+                Ok(LimitsPlan::EnvOnly)
+            }
+        }
+        Err(e) => Err(e).context(format!("--cache {}", cache.display())),
+    }
+}
+
+/// The limits file `vgpu run` writes: `device *` with the requested values.
+pub fn run_limits(memory: Option<u64>, sm: Option<u32>) -> limits::Limits {
+    let want = requested(memory, sm);
+    let mut l = limits::Limits::default();
+    if want != limits::DeviceLimit::default() {
+        l.devices.push(limits::DeviceLine {
+            device: limits::Device::Any,
+            memory: want.memory,
+            sm: want.sm,
+        });
+    }
+    l
+}
+
 /// The exit code a shell would report for a finished child.
 pub fn exit_code(st: std::process::ExitStatus) -> ExitCode {
     match (st.code(), st.signal()) {
@@ -134,25 +292,63 @@ pub fn exit_code(st: std::process::ExitStatus) -> ExitCode {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if let Some(m) = &args.memory {
-        vgpu_region::units::parse_mem_size(m).with_context(|| format!("--memory {m:?}"))?;
-    }
-    if let Some(s) = &args.sm {
-        vgpu_region::units::parse_sm_percent(s).with_context(|| format!("--sm {s:?}"))?;
-    }
-    let lib = locate_lib(args.lib)?;
+    let memory = match &args.memory {
+        Some(m) => {
+            Some(vgpu_region::units::parse_mem_size(m).with_context(|| format!("--memory {m:?}"))?)
+        }
+        None => None,
+    };
+    let sm = match &args.sm {
+        Some(s) => {
+            Some(vgpu_region::units::parse_sm_percent(s).with_context(|| format!("--sm {s:?}"))?)
+        }
+        None => None,
+    };
+    let lib = locate_lib(args.lib.clone())?;
     if CString::new(args.cmd[0].as_bytes()).is_err() {
         bail!("command contains a NUL byte");
     }
-    let (cache, tmp) = match args.cache {
-        Some(c) => (c, None),
-        None => {
-            let d = private_dir("vgpu-run")?;
-            (d.join("region.cache"), Some(d))
+    let plan = match &args.cache {
+        Some(c) => plan_for_cache(c, memory, sm)?,
+        None => LimitsPlan::EnvOnly,
+    };
+    // Always a private directory: the run's region and limits file unless
+    // --cache, and the interposer's link when its path needs one.
+    let tmp = private_dir("vgpu-run")?;
+    let result = run_in(&args, &lib, &tmp, plan, memory, sm);
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+fn run_in(
+    args: &Args,
+    lib: &Path,
+    tmp: &Path,
+    plan: LimitsPlan,
+    memory: Option<u64>,
+    sm: Option<u32>,
+) -> anyhow::Result<ExitCode> {
+    let lib = preload_path(lib, tmp)?;
+    let (cache, plan) = match &args.cache {
+        Some(c) => (c.clone(), plan),
+        None => (
+            tmp.join("region.cache"),
+            LimitsPlan::Write(tmp.join("limits")),
+        ),
+    };
+    let cmd_line = &args.cmd;
+    let force_sim = args.sim;
+    let limits_file = match plan {
+        LimitsPlan::Write(f) => {
+            limits::write_limits_file_atomic(&f, &run_limits(memory, sm))
+                .with_context(|| format!("writing the limits file {}", f.display()))?;
+            Some(f)
         }
+        LimitsPlan::Use(f) => Some(f),
+        LimitsPlan::EnvOnly => None,
     };
     let mut sim = None;
-    let driver = if args.sim {
+    let driver = if force_sim {
         Driver::None
     } else {
         detect_driver()
@@ -163,7 +359,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Driver::None => {
             let h = vgpu_sim::SimHandle::start(vgpu_sim::SimOptions::default())
                 .context("starting the simulated GPU")?;
-            if args.sim {
+            if force_sim {
                 eprintln!("vgpu: --sim: running on a simulated GPU (vgpu-sim, a test double)");
             } else {
                 eprintln!("vgpu: no NVIDIA driver found; running on a simulated GPU (vgpu-sim, a test double)");
@@ -171,8 +367,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             sim = Some(h);
         }
     }
-    let mut cmd = Command::new(&args.cmd[0]);
-    cmd.args(&args.cmd[1..]);
+    let mut cmd = Command::new(&cmd_line[0]);
+    cmd.args(&cmd_line[1..]);
     if let Some(h) = &sim {
         cmd.envs(h.env());
     }
@@ -183,13 +379,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.sm.as_deref(),
         &args.device,
     ));
+    match &limits_file {
+        Some(f) => {
+            cmd.env(limits::PATH_ENV, f);
+        }
+        None => {
+            cmd.env_remove(limits::PATH_ENV);
+        }
+    }
     let st = cmd
         .status()
-        .with_context(|| format!("cannot run {:?}", args.cmd[0]));
+        .with_context(|| format!("cannot run {:?}", cmd_line[0]));
     drop(sim);
-    if let Some(d) = tmp {
-        let _ = std::fs::remove_dir_all(d);
-    }
     Ok(exit_code(st?))
 }
 

@@ -350,6 +350,43 @@ pub enum AdmissionError {
         /// Index asked for.
         slot: u32,
     },
+    /// A size no device has (above `MAX_RESERVATION`, e.g. a failed
+    /// `cuMemAlloc(SIZE_MAX)`), or one the slot's counter cannot hold:
+    /// refused so that no counter ever wraps.
+    #[error("unrepresentable request of {requested} bytes (at most {MAX_RESERVATION} at once, and a slot's total stays below 2^64)")]
+    Unrepresentable {
+        /// The request.
+        requested: u64,
+    },
+}
+
+/// The largest single reservation or release (64 PiB): no device has more
+/// memory, and with every request below it no sum of them in flight can
+/// come near wrapping a u64 counter unnoticed.
+pub const MAX_RESERVATION: u64 = 1 << 56;
+
+/// `c += bytes` unless that would pass u64::MAX (then nothing, false): a
+/// SeqCst read-modify-write, as the admission proof needs.
+fn checked_add(c: &AtomicU64, bytes: u64) -> bool {
+    let mut cur = c.load(SeqCst);
+    loop {
+        let Some(new) = cur.checked_add(bytes) else {
+            return false;
+        };
+        match c.compare_exchange_weak(cur, new, SeqCst, SeqCst) {
+            Ok(_) => return true,
+            Err(v) => cur = v,
+        }
+    }
+}
+
+/// `c += bytes`, stopping at u64::MAX (a counter someone corrupted must not
+/// wrap to a small value).
+fn saturating_add(c: &AtomicU64, bytes: u64) {
+    let mut cur = c.load(SeqCst);
+    while let Err(v) = c.compare_exchange_weak(cur, cur.saturating_add(bytes), SeqCst, SeqCst) {
+        cur = v;
+    }
 }
 
 /// Attempts a racer makes while the others leave room.
@@ -389,10 +426,16 @@ pub fn reserve<E: Env>(
     if bytes == 0 {
         return Ok(());
     }
+    let unrepresentable = Err(AdmissionError::Unrepresentable { requested: bytes });
+    if bytes > MAX_RESERVATION {
+        return unrepresentable;
+    }
     if limit == 0 {
-        total.fetch_add(bytes, SeqCst);
+        if !checked_add(total, bytes) {
+            return unrepresentable;
+        }
         env.step("reserve.before_kind");
-        kind_counter(sd, kind).fetch_add(bytes, SeqCst);
+        saturating_add(kind_counter(sd, kind), bytes);
         return Ok(());
     }
     if bytes > limit {
@@ -405,7 +448,9 @@ pub fn reserve<E: Env>(
     let mut others = 0;
     for attempt in 0..ADMIT_ATTEMPTS {
         env.step("reserve.before_add");
-        total.fetch_add(bytes, SeqCst);
+        if !checked_add(total, bytes) {
+            return unrepresentable;
+        }
         // Orders the add before the loads of the sum against every other
         // racer's fence (the store-buffering case): the SeqCst RMW alone
         // already does on x86, the fence says so in the C++ model (and to
@@ -415,7 +460,7 @@ pub fn reserve<E: Env>(
         let used = device_total(v, dev);
         if used <= limit {
             env.step("reserve.before_kind");
-            kind_counter(sd, kind).fetch_add(bytes, SeqCst);
+            saturating_add(kind_counter(sd, kind), bytes);
             return Ok(());
         }
         total.fetch_sub(bytes, SeqCst);
@@ -444,6 +489,9 @@ pub struct Release {
     /// The request exceeded what the slot held for that kind (the caller
     /// should log it): the counter went to zero instead of wrapping.
     pub clamped: bool,
+    /// The request was above `MAX_RESERVATION` (a size no reservation can
+    /// have had): nothing was released.
+    pub rejected: bool,
 }
 
 /// Gives back up to `bytes` of `kind` on `dev` for slot `idx`.
@@ -455,6 +503,13 @@ pub fn release<E: Env>(
     bytes: u64,
     env: &E,
 ) -> Release {
+    if bytes > MAX_RESERVATION {
+        return Release {
+            released: 0,
+            clamped: false,
+            rejected: true,
+        };
+    }
     let sd = &v.slots[idx].devices[dev];
     let kc = kind_counter(sd, kind);
     let mut cur = kc.load(SeqCst);
@@ -476,6 +531,7 @@ pub fn release<E: Env>(
     Release {
         released,
         clamped: released < bytes,
+        rejected: false,
     }
 }
 

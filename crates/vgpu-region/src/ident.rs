@@ -185,8 +185,12 @@ impl IdentityCache {
 }
 
 /// Is the process (pid, start34) of our own namespace certainly gone?
-/// Dead means: no such PID, or a zombie, or another process now holds the
-/// PID (different start time). Anything unclear counts as alive.
+/// Dead means proved dead: `kill(pid, 0)` says no such process, or procfs
+/// shows a zombie or another start time (a reused PID). A process whose
+/// liveness cannot be proved is alive: `EPERM` from the probe means the PID
+/// exists (another user's process), and a `/proc/<pid>` entry we cannot
+/// read (`hidepid=2` hides other users' processes, a stat that fails) says
+/// nothing about it.
 pub fn is_dead(me: &ProcIdentity, pid: u32, start34: u64) -> bool {
     if !me.procfs_ok || pid == 0 {
         return false;
@@ -205,8 +209,13 @@ pub fn is_dead(me: &ProcIdentity, pid: u32, start34: u64) -> bool {
                 || s.state == b'X'
                 || (s.start_ticks & crate::core::START_MASK) != start34
         }
-        Err(IdentityError::Read { source, .. }) => source.kind() == std::io::ErrorKind::NotFound,
-        Err(_) => false,
+        // The PID existed a moment ago; its entry is hidden from us or it
+        // just exited. Only a second probe that finds no process proves the
+        // latter.
+        Err(_) => matches!(
+            rustix::process::test_kill_process(p),
+            Err(rustix::io::Errno::SRCH)
+        ),
     }
 }
 

@@ -12,6 +12,8 @@
 //!   reclaim and no process judges a namespace it cannot see.
 //! - Exact admission: add to your own slot, then sum; over the limit, take
 //!   it back (see [`core`]).
+//! - The limits file ([`limits`]): the operator's limits, read-only to the
+//!   tenant; the region header keeps a display copy.
 //!
 //! The crate is meant to live inside a preloaded cdylib: it never panics on
 //! file contents, logs nothing, keeps no global state, starts no threads,
@@ -25,6 +27,10 @@ pub mod failpoint;
 pub mod ident;
 pub mod layout;
 #[cfg(not(loom))]
+pub mod limits;
+#[cfg(not(loom))]
+mod open;
+#[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
 mod shm;
@@ -34,14 +40,14 @@ mod sync;
 pub mod telemetry;
 pub mod units;
 
-pub use crate::core::{AdmissionError, MemKind, Release};
+pub use crate::core::{AdmissionError, MemKind, Release, MAX_RESERVATION};
 #[cfg(not(loom))]
 pub use clock::{monotonic_ns, realtime_ns};
 pub use layout::{FormatError, HeaderInfo};
 #[cfg(not(loom))]
 pub use region::{
-    CreateOptions, DeviceConfig, LimitMismatch, Region, RegionError, SlotId, SlotOwner, SlotRef,
-    DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV,
+    CreateOptions, DeviceConfig, DisplayMismatch, LimitMismatch, Region, RegionError, SlotId,
+    SlotOwner, SlotRef, Unusable, DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV, REGION_MODE,
 };
 #[cfg(not(loom))]
 pub use snapshot::{DeviceSnapshot, IdentitySnapshot, SlotDeviceSnapshot, SlotSnapshot, Snapshot};

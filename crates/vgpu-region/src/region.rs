@@ -1,6 +1,6 @@
 //! `Region`: a mapped region file and every operation on it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use crate::core::{self, AdmissionError, Env, MemKind, Owner, Release, View};
 use crate::failpoint::Plan;
 use crate::ident::{self, ProcIdentity};
 use crate::layout::*;
+use crate::open::Dir;
 use crate::snapshot::{self, Snapshot};
 use crate::sync::Ordering::{Acquire, Relaxed, Release as Rel, SeqCst};
 use crate::telemetry::*;
@@ -57,6 +58,44 @@ impl std::fmt::Display for LimitMismatch {
             f,
             "device {}: {} recorded in the region is {}, this process asked for {}; keeping {}",
             self.device, self.field, self.recorded, self.requested, self.recorded
+        )
+    }
+}
+
+/// The region header's display copy of a limit differs from the limits
+/// file (`Region::display_mismatches`); the file's value is the one that
+/// applies.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DisplayMismatch {
+    /// Device index.
+    pub device: u32,
+    /// Its UUID.
+    pub uuid: String,
+    /// "memory limit" or "SM limit".
+    pub field: &'static str,
+    /// The header's value (0 = none).
+    pub region: u64,
+    /// The file's value (0 = none).
+    pub file: u64,
+}
+
+impl std::fmt::Display for DisplayMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = |n: u64| {
+            if n == 0 {
+                "none".to_string()
+            } else {
+                n.to_string()
+            }
+        };
+        write!(
+            f,
+            "device {} ({}): {} in the region header is {}, the limits file says {}; the limits file applies",
+            self.device,
+            self.uuid,
+            self.field,
+            v(self.region),
+            v(self.file)
         )
     }
 }
@@ -152,11 +191,162 @@ pub enum RegionError {
         /// Devices configured.
         count: u32,
     },
+    /// A symlink at the region path: never followed (someone may have
+    /// planted it to make us write another file).
+    #[error("{}: a symbolic link (a region path is never followed)", path.display())]
+    Symlink {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A FIFO, socket, device or directory at the region path.
+    #[error("{}: not a regular file ({kind})", path.display())]
+    NotRegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        kind: &'static str,
+    },
+    /// The region's directory is owned by another user, who could swap the
+    /// file under us at any time.
+    #[error("{}: directory owned by uid {owner} (mode {mode:o}), neither root nor this process's user", path.display())]
+    UntrustedDirectory {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A file at the region path that this process must not use (another
+    /// user's in a shared sticky directory, or hard-linked elsewhere).
+    #[error("{}: refusing a file {why}", path.display())]
+    UntrustedFile {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// This process may not open the file as it needs (its mode or owner,
+    /// a read-only filesystem): the "wrong mode" case.
+    #[error("{}: cannot open for {} (mode {mode:o}, owner uid {owner}; regions are created {:o})", path.display(), if *writing { "writing" } else { "reading" }, crate::open::REGION_MODE)]
+    Permission {
+        /// The path.
+        path: PathBuf,
+        /// Whether we asked to write.
+        writing: bool,
+        /// The file's permission bits (0 when unknown).
+        mode: u32,
+        /// Its owner (u32::MAX when unknown).
+        owner: u32,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A HAMi-core shared region (HAMi's own `libvgpu.so`) at the same
+    /// path: a leftover of a HAMi installation, never reinterpreted.
+    #[error("{}: a HAMi-core shared region (version {major}.{minor}), not a vgpu region: remove it or use another path", path.display())]
+    HamiRegion {
+        /// The path.
+        path: PathBuf,
+        /// HAMi's major version field.
+        major: u32,
+        /// HAMi's minor version field.
+        minor: u32,
+    },
 }
 
-/// Test builds only (feature `failpoints`): set, creators use the named
-/// temporary file instead of `O_TMPFILE`, as on a filesystem without it.
-pub const NO_TMPFILE_ENV: &str = "VGPU_REGION_NO_TMPFILE";
+/// Why a region cannot be used, as one small value: the interposer maps
+/// every cause to the same fail-closed behaviour (a private ledger with the
+/// configured limit) and names the cause in its message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Unusable {
+    /// No file (or no directory) at the path; `open_or_create` creates it.
+    Missing,
+    /// A symlink at the path.
+    Symlink,
+    /// A FIFO, socket, device or directory at the path.
+    NotRegularFile,
+    /// An untrusted directory or file (owner, hard links).
+    Untrusted,
+    /// Not openable as needed: mode, owner, read-only filesystem.
+    Permission,
+    /// A HAMi-core shared region (a HAMi leftover at the same path).
+    HamiRegion,
+    /// Some other file that is not a vgpu region.
+    Foreign,
+    /// A vgpu region of another version, layout or byte order.
+    OtherVersion,
+    /// Truncated, a corrupt header, or never finished.
+    Corrupt,
+    /// Another process holds the creation lock too long.
+    Busy,
+    /// Every slot is held by a live process.
+    Full,
+    /// The PID-namespace table is full.
+    NamespaceTableFull,
+    /// Another system error.
+    Io,
+    /// A caller error (bad options, device index, a read-only mapping).
+    Misuse,
+}
+
+impl Unusable {
+    /// Stable lower-case name, for log lines and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unusable::Missing => "missing",
+            Unusable::Symlink => "symlink",
+            Unusable::NotRegularFile => "not-regular-file",
+            Unusable::Untrusted => "untrusted",
+            Unusable::Permission => "permission",
+            Unusable::HamiRegion => "hami-region",
+            Unusable::Foreign => "foreign",
+            Unusable::OtherVersion => "other-version",
+            Unusable::Corrupt => "corrupt",
+            Unusable::Busy => "busy",
+            Unusable::Full => "full",
+            Unusable::NamespaceTableFull => "namespace-table-full",
+            Unusable::Io => "io",
+            Unusable::Misuse => "misuse",
+        }
+    }
+}
+
+impl RegionError {
+    /// The cause, classified.
+    pub fn unusable(&self) -> Unusable {
+        match self {
+            RegionError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Unusable::Missing
+            }
+            RegionError::Io { .. } => Unusable::Io,
+            RegionError::Format { source, .. } => match source {
+                FormatError::ForeignMagic { .. } => Unusable::Foreign,
+                FormatError::OtherVersion { .. }
+                | FormatError::OtherEndianness { .. }
+                | FormatError::OtherLayout { .. } => Unusable::OtherVersion,
+                FormatError::Truncated { .. }
+                | FormatError::Corrupt { .. }
+                | FormatError::NotInitialized { .. } => Unusable::Corrupt,
+            },
+            RegionError::LockTimeout { .. } => Unusable::Busy,
+            RegionError::Full { .. } => Unusable::Full,
+            RegionError::NamespaceTableFull => Unusable::NamespaceTableFull,
+            RegionError::BadOptions { .. }
+            | RegionError::ReadOnly
+            | RegionError::NoSuchDevice { .. } => Unusable::Misuse,
+            RegionError::Symlink { .. } => Unusable::Symlink,
+            RegionError::NotRegularFile { .. } => Unusable::NotRegularFile,
+            RegionError::UntrustedDirectory { .. } | RegionError::UntrustedFile { .. } => {
+                Unusable::Untrusted
+            }
+            RegionError::Permission { .. } => Unusable::Permission,
+            RegionError::HamiRegion { .. } => Unusable::HamiRegion,
+        }
+    }
+}
+
+pub use crate::open::{NO_TMPFILE_ENV, REGION_MODE};
 
 /// How long `open`/`open_or_create` wait for another process's creation.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -176,6 +366,8 @@ pub struct Region {
     /// False for `open_read_only`: every writer refuses or does nothing
     /// (a store to the read-only mapping would fault).
     writable: bool,
+    /// A `Region::private` ledger (memfd, no path).
+    private: bool,
 }
 
 /// At most one reclaim pass per this many ns on the refusal path.
@@ -282,13 +474,17 @@ fn validate(opts: &CreateOptions) -> Result<(), RegionError> {
     Ok(())
 }
 
-/// Reads up to a header's worth of bytes from the start of the file.
-fn read_head(f: &File, path: &Path) -> Result<(Vec<u8>, u64), RegionError> {
-    // fstat(2), not std's statx: the cheaper call, inside cuInit.
-    let len = rustix::fs::fstat(f)
-        .map_err(|e| io("stat", path)(e.into()))?
-        .st_size
-        .max(0) as u64;
+/// Reads up to a header's worth of bytes from the start of the file; `len`
+/// is its length when the caller just stat'ed it.
+fn read_head(f: &File, path: &Path, len: Option<u64>) -> Result<(Vec<u8>, u64), RegionError> {
+    let len = match len {
+        Some(l) => l,
+        // fstat(2), not std's statx: the cheaper call, inside cuInit.
+        None => rustix::fs::fstat(f)
+            .map_err(|e| io("stat", path)(e.into()))?
+            .st_size
+            .max(0) as u64,
+    };
     let mut buf = vec![0u8; (len.min(HEADER_SIZE as u64)) as usize];
     let mut n = 0;
     while n < buf.len() {
@@ -314,24 +510,33 @@ fn unfinished(head: &[u8]) -> bool {
         && u32::from_ne_bytes([head[48], head[49], head[50], head[51]]) != STATE_READY
 }
 
-/// Links an `O_TMPFILE` file at `path`: through `/proc/self/fd` (no
-/// privilege needed), else `AT_EMPTY_PATH` (needs CAP_DAC_READ_SEARCH, e.g.
-/// without procfs). False when `path` already exists.
-fn link_unnamed(f: &File, path: &Path) -> Result<bool, RegionError> {
-    use rustix::fs::{linkat, AtFlags, CWD};
-    use std::os::fd::AsRawFd;
-    let proc_path = format!("/proc/self/fd/{}", f.as_raw_fd());
-    let r = match linkat(CWD, proc_path.as_str(), CWD, path, AtFlags::SYMLINK_FOLLOW) {
-        Err(rustix::io::Errno::NOENT) if !Path::new("/proc/self/fd").exists() => {
-            linkat(f, "", CWD, path, AtFlags::EMPTY_PATH)
-        }
-        r => r,
-    };
-    match r {
-        Ok(()) => Ok(true),
-        Err(rustix::io::Errno::EXIST) => Ok(false),
-        Err(e) => Err(io("link", path)(e.into())),
+/// HAMi-core's `initialized_flag` (the first native i32 of its shared
+/// region), followed by its major and minor version: a file HAMi's own
+/// interposer left at the same path.
+const HAMI_REGION_FLAG: i32 = 19_920_718;
+
+fn hami_versions(head: &[u8]) -> Option<(u32, u32)> {
+    let word = |i: usize| -> Option<[u8; 4]> { head.get(i..i + 4)?.try_into().ok() };
+    if i32::from_ne_bytes(word(0)?) != HAMI_REGION_FLAG {
+        return None;
     }
+    Some((u32::from_ne_bytes(word(4)?), u32::from_ne_bytes(word(8)?)))
+}
+
+/// `parse_header`, with HAMi-core's region told apart from other foreign
+/// files.
+fn parse(head: &[u8], len: u64, path: &Path) -> Result<HeaderInfo, RegionError> {
+    parse_header(head, len).map_err(|source| match (&source, hami_versions(head)) {
+        (FormatError::ForeignMagic { .. }, Some((major, minor))) => RegionError::HamiRegion {
+            path: path.to_owned(),
+            major,
+            minor,
+        },
+        _ => RegionError::Format {
+            path: path.to_owned(),
+            source,
+        },
+    })
 }
 
 impl Region {
@@ -342,6 +547,10 @@ impl Region {
     /// differences between the recorded configuration and `opts` (the
     /// recorded one stays in force); an `opts` without devices asks for
     /// nothing.
+    ///
+    /// The file is opened relative to its directory (checked: owned by
+    /// root or by us), never through a symlink, never blocking, and only if
+    /// it is a regular file; see `RegionError::unusable` for every refusal.
     pub fn open_or_create(
         path: &Path,
         opts: &CreateOptions,
@@ -358,19 +567,22 @@ impl Region {
         wait: Duration,
     ) -> Result<(Region, Vec<LimitMismatch>), RegionError> {
         validate(opts)?;
+        let dir = Dir::open(path)?;
         // Each round either opens the file at `path` or publishes ours; a
         // file unlinked between a lost `link` and our `open` (an operator
         // removing it) costs another round.
         for _ in 0..8 {
-            let r = match OpenOptions::new().read(true).write(true).open(path) {
-                Ok(f) => Self::attach(f, path, Some(opts), wait, true)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    match Self::create_published(path, opts)? {
+            let r = match dir.open_file(path, true) {
+                Ok((f, st)) => Self::attach(f, &st, path, Some(opts), wait, true)?,
+                Err(RegionError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    match Self::create_published(&dir, path, opts)? {
                         Some(r) => r,
                         None => continue,
                     }
                 }
-                Err(e) => return Err(io("open", path)(e)),
+                Err(e) => return Err(e),
             };
             let m = r.mismatches(opts);
             return Ok((r, m));
@@ -386,94 +598,68 @@ impl Region {
     /// and links it at `path`. `None`: another creator linked first (the
     /// caller opens theirs). A creator that dies mid-way leaves nothing at
     /// `path` (and, with `O_TMPFILE`, nothing at all).
-    fn create_published(path: &Path, opts: &CreateOptions) -> Result<Option<Region>, RegionError> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let mode = rustix::fs::Mode::from_raw_mode(0o666);
-        // Test builds can force the fallback (`VGPU_REGION_NO_TMPFILE`).
-        let tmp = if cfg!(feature = "failpoints") && std::env::var_os(NO_TMPFILE_ENV).is_some() {
-            Err(rustix::io::Errno::OPNOTSUPP)
-        } else {
-            rustix::fs::open(
-                dir,
-                rustix::fs::OFlags::TMPFILE
-                    | rustix::fs::OFlags::RDWR
-                    | rustix::fs::OFlags::CLOEXEC,
-                mode,
-            )
-        };
-        let (f, named) = match tmp {
-            Ok(fd) => (File::from(fd), None),
-            // Filesystems (or kernels) without O_TMPFILE.
-            Err(rustix::io::Errno::OPNOTSUPP)
-            | Err(rustix::io::Errno::ISDIR)
-            | Err(rustix::io::Errno::INVAL) => {
-                let name = path
-                    .file_name()
-                    .map_or_else(|| "region".into(), |n| n.to_string_lossy().into_owned());
-                let t = dir.join(format!(
-                    ".{name}.{}.{}.tmp",
-                    rustix::process::getpid().as_raw_nonzero(),
-                    monotonic_ns()
-                ));
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&t)
-                    .map_err(io("create", &t))?;
-                (f, Some(t))
-            }
-            Err(e) => return Err(io("create in", dir)(e.into())),
-        };
-        let published = Self::initialize(&f, path, opts).and_then(|()| match &named {
-            None => link_unnamed(&f, path),
-            Some(t) => match rustix::fs::link(t, path) {
-                Ok(()) => Ok(true),
-                Err(rustix::io::Errno::EXIST) => Ok(false),
-                Err(e) => Err(io("link", path)(e.into())),
-            },
-        });
+    fn create_published(
+        dir: &Dir,
+        path: &Path,
+        opts: &CreateOptions,
+    ) -> Result<Option<Region>, RegionError> {
+        let (f, named) = dir.new_file(path)?;
+        let published =
+            Self::initialize(&f, path, opts).and_then(|()| dir.publish(&f, named.as_ref(), path));
         if let Some(t) = &named {
-            let _ = std::fs::remove_file(t);
+            dir.remove(t);
         }
         if !published? {
             return Ok(None);
         }
-        let (head, len) = read_head(&f, path)?;
-        let info = parse_header(&head, len).map_err(|source| RegionError::Format {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::map_ready(f, path, &info, true).map(Some)
+        let (head, len) = read_head(&f, path, None)?;
+        let info = parse(&head, len, path)?;
+        Self::map_ready(f, path, &info, true, false).map(Some)
     }
 
-    /// Opens an existing region (never creates or initializes one).
+    /// A region only this process (and its fork children, which share the
+    /// mapping) can see: an anonymous memory file (`memfd`, close-on-exec)
+    /// built exactly like a shared one, with the same admission, release
+    /// and reclaim. For a process whose shared region is unusable but that
+    /// has a limit to keep: it enforces the limit alone rather than run
+    /// unlimited (fail closed). `path()` names it "(process-private
+    /// ledger)".
+    pub fn private(opts: &CreateOptions) -> Result<Region, RegionError> {
+        validate(opts)?;
+        let path = crate::open::private_path();
+        let fd = rustix::fs::memfd_create("vgpu-private-region", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| io("memfd_create", &path)(e.into()))?;
+        let f = File::from(fd);
+        Self::initialize(&f, &path, opts)?;
+        let (head, len) = read_head(&f, &path, None)?;
+        let info = parse(&head, len, &path)?;
+        Self::map_ready(f, &path, &info, true, true)
+    }
+
+    /// Whether this is a `private` region (no file).
+    pub fn is_private(&self) -> bool {
+        self.private
+    }
+
+    /// Opens an existing region (never creates or initializes one), with
+    /// the same checks as `open_or_create`.
     pub fn open(path: &Path) -> Result<Region, RegionError> {
         Self::open_with(path, DEFAULT_LOCK_WAIT)
     }
 
     /// `open` with a chosen bound on waiting for a creator.
     pub fn open_with(path: &Path, wait: Duration) -> Result<Region, RegionError> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io("open", path))?;
-        Self::attach(f, path, None, wait, true)
+        let (f, st) = Dir::open(path)?.open_file(path, true)?;
+        Self::attach(f, &st, path, None, wait, true)
     }
 
     /// Opens an existing region read-only (monitors, `vgpu inspect`, a
     /// read-only mount): snapshots and getters work; register, reserve,
-    /// set_limits and reclaim refuse or do nothing. Never writes the file.
+    /// set_limits and reclaim refuse or do nothing. Never writes the file,
+    /// never blocks opening it (a FIFO at the path is refused at once).
     pub fn open_read_only(path: &Path) -> Result<Region, RegionError> {
-        let f = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .map_err(io("open", path))?;
-        Self::attach(f, path, None, DEFAULT_LOCK_WAIT, false)
+        let (f, st) = Dir::open(path)?.open_file(path, false)?;
+        Self::attach(f, &st, path, None, DEFAULT_LOCK_WAIT, false)
     }
 
     /// Whether this mapping may write (false after `open_read_only`).
@@ -483,26 +669,23 @@ impl Region {
 
     fn attach(
         f: File,
+        st: &rustix::fs::Stat,
         path: &Path,
         create: Option<&CreateOptions>,
         wait: Duration,
         writable: bool,
     ) -> Result<Region, RegionError> {
-        let fmt = |source| RegionError::Format {
-            path: path.to_owned(),
-            source,
-        };
         // Fast path, no lock: a ready region (the common case for every
         // process after the first).
-        let (head, len) = read_head(&f, path)?;
+        let (head, len) = read_head(&f, path, Some(st.st_size.max(0) as u64))?;
         if let Ok(info) = parse_header(&head, len) {
-            return Self::map_ready(f, path, &info, writable);
+            return Self::map_ready(f, path, &info, writable, false);
         }
         // Slow path: wait for (or become) the creator. A refusal is only
         // final under the lock: a read racing a creator's stores (pread
         // copies bytes in no promised order) may see a torn header.
         let lock = FileLock::acquire(&f, path, wait)?;
-        let (head, len) = read_head(&f, path)?;
+        let (head, len) = read_head(&f, path, None)?;
         if unfinished(&head) {
             let Some(opts) = create else {
                 let state = if head.len() >= PARSE_MIN {
@@ -510,18 +693,37 @@ impl Region {
                 } else {
                     0
                 };
-                return Err(fmt(FormatError::NotInitialized { state }));
+                return Err(RegionError::Format {
+                    path: path.to_owned(),
+                    source: FormatError::NotInitialized { state },
+                });
             };
+            // Initializing in place writes the file: never one that is also
+            // linked elsewhere (a planted hard link to someone's file).
+            if st.st_nlink != 1 {
+                return Err(RegionError::UntrustedFile {
+                    path: path.to_owned(),
+                    why: format!(
+                        "with {} hard links (an unfinished region is only re-initialized when it has one)",
+                        st.st_nlink
+                    ),
+                });
+            }
             Self::initialize(&f, path, opts)?;
+            // Ours now: the decided mode, whatever the previous creator's
+            // umask left (not our file to change if another user owns it).
+            if st.st_uid == rustix::process::geteuid().as_raw() {
+                crate::open::set_region_mode(&f, path)?;
+            }
         }
         let (head, len) = if unfinished(&head) {
-            read_head(&f, path)?
+            read_head(&f, path, None)?
         } else {
             (head, len)
         };
-        let info = parse_header(&head, len).map_err(fmt)?;
+        let info = parse(&head, len, path)?;
         drop(lock);
-        Self::map_ready(f, path, &info, writable)
+        Self::map_ready(f, path, &info, writable, false)
     }
 
     fn map_ready(
@@ -529,6 +731,7 @@ impl Region {
         path: &Path,
         info: &HeaderInfo,
         writable: bool,
+        private: bool,
     ) -> Result<Region, RegionError> {
         let map = crate::shm::map(&f, info.file_len, writable).map_err(io("map", path))?;
         // No MADV_POPULATE_WRITE: measured in a fresh process it costs more
@@ -546,6 +749,7 @@ impl Region {
             ident: ident::IdentityCache::default(),
             last_oom_reclaim: std::sync::atomic::AtomicU64::new(0),
             writable,
+            private,
         };
         // Read procfs now, while mapping, so `register` is a compare-exchange
         // and a few stores (a fork child reads its own on first use).
@@ -750,7 +954,9 @@ impl Region {
     /// the device's live total would exceed its memory limit (read at each
     /// call, so a live limit change applies to the next allocation). Before
     /// refusing, dead processes' slots are reclaimed (rate-limited) and the
-    /// request tried once more.
+    /// request tried once more. The limit is the header's, which every
+    /// process of the container can write: a process that has its limits
+    /// from the limits file uses `reserve_within`.
     pub fn reserve(
         &self,
         slot: SlotId,
@@ -758,15 +964,41 @@ impl Region {
         kind: MemKind,
         bytes: u64,
     ) -> Result<(), AdmissionError> {
+        self.admit(slot, dev, kind, bytes, None)
+    }
+
+    /// `reserve` against a limit the caller holds (0 = none) instead of the
+    /// header's: the limit from the operator's limits file, so that a
+    /// tenant writing the mapped header changes nothing that is enforced.
+    /// The admission is the same exact one; processes that disagree on the
+    /// limit each keep their own against the same shared total.
+    pub fn reserve_within(
+        &self,
+        slot: SlotId,
+        dev: u32,
+        kind: MemKind,
+        bytes: u64,
+        limit: u64,
+    ) -> Result<(), AdmissionError> {
+        self.admit(slot, dev, kind, bytes, Some(limit))
+    }
+
+    fn admit(
+        &self,
+        slot: SlotId,
+        dev: u32,
+        kind: MemKind,
+        bytes: u64,
+        fixed: Option<u64>,
+    ) -> Result<(), AdmissionError> {
         let idx = self.check_slot(slot)?;
         let d = core::check_dev(dev, self.device_count)?;
         let v = self.view();
-        let limit = v.header.devices[d].mem_limit.load(SeqCst);
+        let limit = || fixed.unwrap_or_else(|| v.header.devices[d].mem_limit.load(SeqCst));
         let env = StepEnv(&self.plan);
-        match core::reserve(&v, idx, d, kind, bytes, limit, &env) {
+        match core::reserve(&v, idx, d, kind, bytes, limit(), &env) {
             Err(AdmissionError::OverLimit { .. }) if self.oom_reclaim() > 0 => {
-                let limit = v.header.devices[d].mem_limit.load(SeqCst);
-                core::reserve(&v, idx, d, kind, bytes, limit, &env)
+                core::reserve(&v, idx, d, kind, bytes, limit(), &env)
             }
             r => r,
         }
@@ -803,6 +1035,7 @@ impl Region {
             return Release {
                 released: 0,
                 clamped: bytes > 0,
+                rejected: false,
             };
         };
         core::release(&self.view(), idx, d, kind, bytes, &StepEnv(&self.plan))
@@ -869,6 +1102,84 @@ impl Region {
     /// Bumped by every live limit change.
     pub fn limits_generation(&self) -> u32 {
         self.view().header.limits_generation.load(Acquire)
+    }
+
+    /// Tells every process to re-read the limits file (a change the header
+    /// does not show, e.g. policy). Refused on a read-only mapping.
+    pub fn bump_limits_generation(&self) -> Result<u32, RegionError> {
+        if !self.writable {
+            return Err(RegionError::ReadOnly);
+        }
+        Ok(self
+            .view()
+            .header
+            .limits_generation
+            .fetch_add(1, SeqCst)
+            .wrapping_add(1))
+    }
+
+    /// The index of the device with this UUID (ASCII case ignored).
+    pub fn device_index(&self, uuid: &str) -> Option<u32> {
+        (0..self.device_count).find(|&d| self.device_uuid(d).eq_ignore_ascii_case(uuid))
+    }
+
+    /// Where the header's display copy differs from what the limits file
+    /// says for each configured device (by its UUID). The file wins: an
+    /// interposer warns, `vgpu inspect` shows it, `write_display_copy`
+    /// fixes it.
+    pub fn display_mismatches(&self, file: &crate::limits::Limits) -> Vec<DisplayMismatch> {
+        let mut out = Vec::new();
+        for dev in 0..self.device_count {
+            let uuid = self.device_uuid(dev);
+            let want = file.for_device(&uuid).to_region();
+            let have = self.limits(dev);
+            // The header stores "no SM limit" as 0 or 100.
+            let have_sm = if have.sm >= 100 { 0 } else { have.sm };
+            if have.mem != want.mem {
+                out.push(DisplayMismatch {
+                    device: dev,
+                    uuid: uuid.clone(),
+                    field: "memory limit",
+                    region: have.mem,
+                    file: want.mem,
+                });
+            }
+            if have_sm != want.sm {
+                out.push(DisplayMismatch {
+                    device: dev,
+                    uuid: uuid.clone(),
+                    field: "SM limit",
+                    region: have.sm as u64,
+                    file: want.sm as u64,
+                });
+            }
+        }
+        out
+    }
+
+    /// Copies the limits file's values into the header's display copy (each
+    /// device by its UUID) and bumps `limits_generation` once, whether or
+    /// not a value changed: the writer of the file calls it after every
+    /// write so processes re-read the file. Returns (device, old, new).
+    pub fn write_display_copy(
+        &self,
+        file: &crate::limits::Limits,
+    ) -> Result<Vec<(u32, Limits, Limits)>, RegionError> {
+        if !self.writable {
+            return Err(RegionError::ReadOnly);
+        }
+        let h = self.view().header;
+        let mut changes = Vec::new();
+        for dev in 0..self.device_count {
+            let new = file.for_device(&self.device_uuid(dev)).to_region();
+            let old = self.limits(dev);
+            let rd = &h.devices[dev as usize];
+            rd.mem_limit.store(new.mem, SeqCst);
+            rd.sm_limit.store(new.sm, SeqCst);
+            changes.push((dev, old, new));
+        }
+        h.limits_generation.fetch_add(1, SeqCst);
+        Ok(changes)
     }
 
     /// Bytes reserved on `dev` by claimed slots (the admission figure: a

@@ -40,7 +40,8 @@ fn create_register_reserve_release() {
         rel,
         Release {
             released: 600,
-            clamped: true
+            clamped: true,
+            rejected: false
         }
     );
     assert_eq!(r.device_used(0), 400);
@@ -192,4 +193,130 @@ fn read_only_mapping_reads_and_never_writes() {
     assert_eq!(ro.reclaim_dead(), 0);
     assert_eq!(std::fs::read(&p).unwrap(), before);
     assert_eq!(r.device_used(0), 300);
+}
+
+/// A failed `cuMemAlloc(SIZE_MAX)` on an unlimited region used to wrap the
+/// slot's counters (8 GiB in use read as 0, and after a live limit of 10
+/// GiB the process held 16). Sizes that cannot be represented are refused
+/// both ways; nothing wraps.
+#[test]
+fn unrepresentable_sizes_are_refused_and_counters_never_wrap() {
+    const GIB: u64 = 1 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _) = Region::open_or_create(&dir.path().join("r"), &opts(0)).unwrap();
+    let s = r.register().unwrap();
+    r.reserve(s, 0, MemKind::Data, 8 * GIB).unwrap();
+    // The interposer's sequence: reserve, the driver fails, release.
+    assert_eq!(
+        r.reserve(s, 0, MemKind::Data, u64::MAX),
+        Err(AdmissionError::Unrepresentable {
+            requested: u64::MAX
+        })
+    );
+    let rel = r.release(s, 0, MemKind::Data, u64::MAX);
+    assert!(rel.rejected && rel.released == 0, "{rel:?}");
+    assert_eq!(r.device_used(0), 8 * GIB);
+    assert_eq!(r.slot(s).usage(0).data, 8 * GIB);
+    // A live limit then holds.
+    r.set_limits(
+        0,
+        Limits {
+            mem: 10 * GIB,
+            sm: 0,
+        },
+    );
+    assert!(matches!(
+        r.reserve(s, 0, MemKind::Data, 8 * GIB),
+        Err(AdmissionError::OverLimit { .. })
+    ));
+    r.reserve(s, 0, MemKind::Data, 2 * GIB).unwrap();
+    assert_eq!(r.device_used(0), 10 * GIB);
+    // The largest representable request, again and again on an unlimited
+    // region: the slot's total stops short of 2^64 instead of wrapping.
+    let (u, _) = Region::open_or_create(&dir.path().join("u"), &opts(0)).unwrap();
+    let s = u.register().unwrap();
+    assert!(u.reserve(s, 0, MemKind::Data, MAX_RESERVATION + 1).is_err());
+    let mut admitted = 0u64;
+    while u.reserve(s, 0, MemKind::Module, MAX_RESERVATION).is_ok() {
+        admitted += 1;
+        assert!(admitted < 1000, "no bound");
+    }
+    assert_eq!(admitted, u64::MAX / MAX_RESERVATION);
+    assert_eq!(u.device_used(0), admitted * MAX_RESERVATION);
+    assert_eq!(u.slot(s).usage(0).module, admitted * MAX_RESERVATION);
+    // The limited path refuses the same way before any add.
+    let (l, _) = Region::open_or_create(&dir.path().join("l"), &opts(u64::MAX)).unwrap();
+    let s = l.register().unwrap();
+    assert!(matches!(
+        l.reserve(s, 0, MemKind::Data, u64::MAX),
+        Err(AdmissionError::Unrepresentable { .. })
+    ));
+    assert_eq!(l.device_used(0), 0);
+}
+
+/// A tenant that writes `limit = 0` into the mapped header changes what
+/// `reserve` enforces, but not what `reserve_within` (the limit from the
+/// operator's file) enforces.
+#[test]
+fn reserve_within_ignores_the_writable_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _) = Region::open_or_create(&dir.path().join("r"), &opts(1000)).unwrap();
+    let s = r.register().unwrap();
+    r.reserve_within(s, 0, MemKind::Data, 600, 1000).unwrap();
+    // The "tenant" lifts the header's limit.
+    let (t, _) = Region::open_or_create(&dir.path().join("r"), &CreateOptions::default()).unwrap();
+    t.set_limits(0, Limits { mem: 0, sm: 0 });
+    assert!(r.reserve_within(s, 0, MemKind::Data, 600, 1000).is_err());
+    r.reserve(s, 0, MemKind::Data, 600).unwrap();
+    assert_eq!(r.device_used(0), 1200);
+    assert!(r.reserve_within(s, 0, MemKind::Data, 1, 1000).is_err());
+    r.reserve_within(s, 0, MemKind::Data, 1, 0).unwrap();
+}
+
+/// The header's limits are a display copy of the limits file: compared
+/// and rewritten by UUID, with limits_generation bumped on every write.
+#[test]
+fn the_display_copy_follows_the_limits_file() {
+    use vgpu_region::limits::Limits as File;
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(1000);
+    o.devices.push(DeviceConfig {
+        uuid: "GPU-0001".into(),
+        mem_limit: 1000,
+        sm_limit: 0,
+    });
+    let (r, _) = Region::open_or_create(&dir.path().join("r"), &o).unwrap();
+    assert_eq!(r.device_index("gpu-0001"), Some(1));
+    assert_eq!(r.device_index("GPU-none"), None);
+    // Device 0 has its own line without sm: the header's 50 % is stale.
+    let f = File::parse("vgpu-limits 1\ndevice * memory=1000 sm=50\ndevice GPU-0000 memory=1000\n")
+        .unwrap();
+    let m = r.display_mismatches(&f);
+    assert_eq!(m.len(), 2, "{m:?}");
+    assert_eq!(
+        (m[0].device, m[0].field, m[0].region, m[0].file),
+        (0, "SM limit", 50, 0)
+    );
+    assert_eq!(
+        (m[1].device, m[1].field, m[1].region, m[1].file),
+        (1, "SM limit", 0, 50)
+    );
+    let f = File::parse("vgpu-limits 1\ndevice * memory=4096\n").unwrap();
+    let m = r.display_mismatches(&f);
+    assert_eq!(m.len(), 3, "{m:?}");
+    assert!(
+        m[0].to_string().contains("the limits file applies"),
+        "{}",
+        m[0]
+    );
+    let g = r.limits_generation();
+    let changes = r.write_display_copy(&f).unwrap();
+    assert_eq!(changes.len(), 2);
+    assert_eq!(r.limits_generation(), g + 1);
+    assert!(r.display_mismatches(&f).is_empty());
+    assert_eq!(r.limits(0), Limits { mem: 4096, sm: 0 });
+    assert_eq!(r.bump_limits_generation().unwrap(), g + 2);
+    let ro = Region::open_read_only(&dir.path().join("r")).unwrap();
+    assert!(ro.write_display_copy(&f).is_err());
+    assert!(ro.bump_limits_generation().is_err());
 }

@@ -73,3 +73,59 @@ pub fn sigkill(c: &Child) {
     let pid = rustix::process::Pid::from_raw(c.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
 }
+
+/// Whether this test process is root (the permission tests need to make a
+/// user and switch to it).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// A real non-root user made for the tests (`useradd`, once per machine;
+/// concurrent test binaries may race for /etc/passwd's lock, so retry):
+/// (uid, gid).
+pub fn tenant_user() -> (u32, u32) {
+    const NAME: &str = "vgpu-tenant";
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, NAME]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    for _ in 0..50 {
+        if let (Some(u), Some(g)) = (id("-u"), id("-g")) {
+            return (u, g);
+        }
+        let _ = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--user-group"])
+            .args(["--shell", "/usr/sbin/nologin", NAME])
+            .output();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("cannot create the test user {NAME} (useradd)");
+}
+
+/// `program` run as the tenant user (through `setpriv`), without fail
+/// points in its environment.
+pub fn as_tenant(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let (u, g) = tenant_user();
+    let mut c = Command::new("setpriv");
+    c.args([
+        format!("--reuid={u}"),
+        format!("--regid={g}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ])
+    .arg(program)
+    .env_remove(vgpu_region::failpoint::ENV);
+    c
+}
+
+/// A fresh directory under /tmp that the tenant can enter (mode 0755,
+/// root's), removed on drop.
+pub fn shared_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::Builder::new()
+        .prefix("vgpu-region-test")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}

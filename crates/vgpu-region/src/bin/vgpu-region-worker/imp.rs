@@ -77,6 +77,11 @@ fn wait_child(pid: i32) -> i32 {
     }
 }
 
+/// A region error with its classified cause, e.g. `... [not-regular-file]`.
+fn why(e: vgpu_region::RegionError) -> String {
+    format!("{e} [{}]", e.unusable().name())
+}
+
 fn reg<'a>(r: &'a Option<Region>, op: &str) -> Result<&'a Region, String> {
     r.as_ref().ok_or(format!("op {op:?} before open"))
 }
@@ -103,20 +108,27 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
                         sm_limit: 0,
                     }],
                 };
-                r = Some(
-                    Region::open_or_create(path, &opts)
-                        .map_err(|e| format!("{e}"))?
-                        .0,
-                );
+                r = Some(Region::open_or_create(path, &opts).map_err(why)?.0);
+            }
+            "private" => {
+                let opts = CreateOptions {
+                    slots: arg(1)? as u32,
+                    devices: vec![DeviceConfig {
+                        uuid: "GPU-worker".into(),
+                        mem_limit: arg(2)?,
+                        sm_limit: 0,
+                    }],
+                };
+                r = Some(Region::private(&opts).map_err(why)?);
             }
             "gate" => {
                 // Wait for the parent to release everyone at once.
                 let g = op.split_once(':').map(|x| x.1).ok_or("gate:<path>")?;
                 drop(flock_shared(g)?);
             }
-            "open" => r = Some(Region::open(path).map_err(|e| format!("{e}"))?),
+            "open" => r = Some(Region::open(path).map_err(why)?),
             "register" => {
-                let s = reg(&r, op)?.register().map_err(|e| format!("{e}"))?;
+                let s = reg(&r, op)?.register().map_err(why)?;
                 println!("slot={}", s.0);
                 slot = Some(s);
             }
@@ -158,6 +170,25 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
                     _ => return Err("fork failed".into()),
                 }
             }
+            "forkreserve" => {
+                // The child registers and reserves on the inherited mapping
+                // (exit 0 admitted, 4 refused): shows whether a fork child
+                // shares its parent's budget.
+                let bytes = arg(1)?;
+                match forked() {
+                    0 => {
+                        let r = reg(&r, op)?;
+                        let s = r.register().map_err(why)?;
+                        let code = match r.reserve(s, 0, MemKind::Data, bytes) {
+                            Ok(()) => 0,
+                            Err(_) => 4,
+                        };
+                        std::process::exit(code);
+                    }
+                    pid if pid > 0 => println!("child exit={}", wait_child(pid)),
+                    _ => return Err("fork failed".into()),
+                }
+            }
             "die" => {
                 let _ = rustix::process::kill_process(
                     rustix::process::getpid(),
@@ -169,6 +200,32 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
     }
     println!("ok");
     Ok(())
+}
+
+/// `limits-write PATH TEXT`: parses TEXT and writes it atomically to PATH
+/// (the test runs it under a chosen umask).
+fn limits_write(path: &str, text: &str) -> Result<(), String> {
+    let l = vgpu_region::limits::Limits::parse(text).map_err(|e| format!("{e}"))?;
+    vgpu_region::limits::write_limits_file_atomic(Path::new(path), &l)
+        .map_err(|e| format!("{e}"))?;
+    println!("ok");
+    Ok(())
+}
+
+/// `probe PATH`: every way of opening, one line each:
+/// `<how>: ok` or `<how>: <cause> <message>`.
+fn probe(path: &str) {
+    let p = Path::new(path);
+    let show = |how: &str, r: Result<Region, vgpu_region::RegionError>| match r {
+        Ok(_) => println!("{how}: ok"),
+        Err(e) => println!("{how}: {} {e}", e.unusable().name()),
+    };
+    show("open", Region::open(p));
+    show(
+        "open_or_create",
+        Region::open_or_create(p, &CreateOptions::default()).map(|x| x.0),
+    );
+    show("open_read_only", Region::open_read_only(p));
 }
 
 fn burst(region: &str, gate: &str, hold: &str, mode: &str) -> Result<(), String> {
@@ -293,6 +350,11 @@ pub fn main() -> ExitCode {
         Some("script") if args.len() == 3 => script(&args[1], &args[2]),
         Some("burst") if args.len() == 5 => burst(&args[1], &args[2], &args[3], &args[4]),
         Some("race") => race(&args[1..]),
+        Some("limits-write") if args.len() == 3 => limits_write(&args[1], &args[2]),
+        Some("probe") if args.len() == 2 => {
+            probe(&args[1]);
+            Ok(())
+        }
         _ => Err(format!("usage: script|burst|race …, got {args:?}")),
     };
     match res {

@@ -2,8 +2,11 @@
 //! feature under `cargo test`/`cargo bench`). One process per invocation:
 //!
 //! - `script REGION OPS`: comma-separated steps: `create:<slots>:<limit>`,
-//!   `gate:<path>` (wait for a shared flock), `open`, `register`, `reserve:<bytes>`, `release:<bytes>`, `reclaim`,
-//!   `unregister`, `die`. Prints `slot=N`, `reclaimed=N`, `refused`, `ok`.
+//!   `private:<slots>:<limit>` (a `Region::private` ledger), `gate:<path>`
+//!   (wait for a shared flock), `open`, `register`, `reserve:<bytes>`,
+//!   `release:<bytes>`, `reclaim`, `unregister`, `fork`,
+//!   `forkreserve:<bytes>`, `die`. Prints `slot=N`, `reclaimed=N`,
+//!   `refused`, `ok`; errors name their `Unusable` cause.
 //! - `burst REGION GATE HOLD MODE`: open, wait on the GATE file's shared
 //!   flock (the parent holds it exclusively and releases everyone at once),
 //!   register (MODE `cas`) or register under an exclusive flock of
@@ -12,6 +15,10 @@
 //! - `race REGION BARRIER THREADS ROUNDS CHUNK PARTIES`: every thread reserves
 //!   CHUNK each round between two barriers; winners count themselves in
 //!   the barrier file and check the admitted total never exceeds the limit.
+//! - `probe PATH`: opens PATH every way (open, open_or_create,
+//!   open_read_only) and prints each outcome's `Unusable` cause.
+//! - `limits-write PATH TEXT`: writes a limits file atomically (run by the
+//!   tests under a restrictive umask).
 
 #[cfg(not(loom))]
 mod imp;
