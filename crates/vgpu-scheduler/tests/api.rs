@@ -115,13 +115,7 @@ async fn a_batch_across_nodes_then_a_restart_rebuilds_usage_exactly() {
     let again = start(&fx, config()).await;
     let after = ledger_of(&again);
     assert_eq!(after, before);
-    assert_eq!(
-        after,
-        counted
-            .into_iter()
-            .map(|(k, (s, m, c))| (k, (s, m, c)))
-            .collect::<HashMap<_, _>>()
-    );
+    assert_eq!(after, counted);
     // And it refuses what the first one refused.
     let err = schedule(again.listen, &pods[18], &nodes).await.unwrap_err();
     assert!(err.contains("insufficient free memory"), "{err}");
