@@ -9,6 +9,7 @@ mod cmd_hooks;
 mod cmd_inspect;
 mod cmd_limit;
 mod cmd_run;
+mod cmd_scheduler;
 mod cmd_sim;
 
 #[derive(Parser)]
@@ -42,6 +43,8 @@ enum Cmd {
     Sim(cmd_sim::SimCmd),
     /// The interposer's hook coverage table.
     Hooks(cmd_hooks::Args),
+    /// The Kubernetes scheduler extender and admission webhook.
+    Scheduler(Box<cmd_scheduler::Args>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -55,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Broker(a) => cmd_broker::run(a),
         Cmd::Sim(c) => cmd_sim::run(c),
         Cmd::Hooks(a) => cmd_hooks::run(a),
+        Cmd::Scheduler(a) => cmd_scheduler::run(*a),
     };
     match res {
         Ok(code) => code,

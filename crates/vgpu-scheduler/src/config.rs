@@ -4,7 +4,47 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+use thiserror::Error;
 use vgpu_hami::resources;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("device config: {0}")]
+    Yaml(String),
+    #[error("device config: nvidia.{field} is {value}: {expected}")]
+    Value {
+        field: &'static str,
+        value: i64,
+        expected: &'static str,
+    },
+}
+
+/// The `nvidia:` section of HAMi's `device-config.yaml` (the scheduler's
+/// `--device-config-file`): the keys the scheduler and webhook use; the
+/// device plugin's keys and other vendors' sections are ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvidiaDeviceConfig {
+    resource_count_name: Option<String>,
+    resource_memory_name: Option<String>,
+    resource_memory_percentage_name: Option<String>,
+    resource_core_name: Option<String>,
+    resource_priority_name: Option<String>,
+    overwrite_env: Option<bool>,
+    default_memory: Option<i64>,
+    default_cores: Option<i64>,
+    #[serde(rename = "defaultGPUNum")]
+    default_gpu_num: Option<i64>,
+    memory_factor: Option<i64>,
+    gpu_core_policy: Option<String>,
+    runtime_class_name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DeviceConfigFile {
+    nvidia: Option<NvidiaDeviceConfig>,
+}
 
 /// How a node is chosen among those that fit (`hami.io/node-scheduler-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +151,63 @@ pub struct SchedulerConfig {
     pub handshake_timeout: Duration,
 }
 
+impl SchedulerConfig {
+    /// Takes the keys of HAMi's `device-config.yaml` `nvidia:` section.
+    pub fn apply_device_config(&mut self, yaml: &str) -> Result<(), ConfigError> {
+        let file: DeviceConfigFile =
+            serde_saphyr::from_str(yaml).map_err(|e| ConfigError::Yaml(e.to_string()))?;
+        let Some(n) = file.nvidia else {
+            return Ok(());
+        };
+        let r = &mut self.resources;
+        for (slot, value) in [
+            (&mut r.count, n.resource_count_name),
+            (&mut r.memory, n.resource_memory_name),
+            (&mut r.memory_percentage, n.resource_memory_percentage_name),
+            (&mut r.cores, n.resource_core_name),
+            (&mut r.priority, n.resource_priority_name),
+        ] {
+            if let Some(v) = value.filter(|v| !v.is_empty()) {
+                *slot = v;
+            }
+        }
+        let bounded = |field, v: i64, max: i64, expected| {
+            if (0..=max).contains(&v) {
+                Ok(v)
+            } else {
+                Err(ConfigError::Value {
+                    field,
+                    value: v,
+                    expected,
+                })
+            }
+        };
+        if let Some(v) = n.default_memory {
+            self.default_memory_mib =
+                bounded("defaultMemory", v, i32::MAX.into(), "MiB in 0..=2147483647")? as u64;
+        }
+        if let Some(v) = n.default_cores {
+            self.default_cores = bounded("defaultCores", v, 100, "percent in 0..=100")? as u32;
+        }
+        if let Some(v) = n.default_gpu_num {
+            self.default_gpu_num = bounded("defaultGPUNum", v, 1024, "0..=1024")? as u32;
+        }
+        if let Some(v) = n.memory_factor {
+            self.memory_factor = bounded("memoryFactor", v, 1 << 20, "1..")?.max(1) as u64;
+        }
+        if let Some(v) = n.overwrite_env {
+            self.overwrite_env = v;
+        }
+        if let Some(v) = n.gpu_core_policy.filter(|v| !v.is_empty()) {
+            self.gpu_core_policy = v;
+        }
+        if let Some(v) = n.runtime_class_name {
+            self.runtime_class_name = v;
+        }
+        Ok(())
+    }
+}
+
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
@@ -130,5 +227,62 @@ impl Default for SchedulerConfig {
             node_lock_wait: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(60),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_hamis_device_config() {
+        // The shape of HAMi's chart (templates/scheduler/device-configmap.yaml).
+        let yaml = r#"
+nvidia:
+  resourceCountName: nvidia.com/gpu
+  resourceMemoryName: nvidia.com/gpumem
+  resourceMemoryPercentageName: nvidia.com/gpumem-percentage
+  resourceCoreName: nvidia.com/gpucores
+  resourcePriorityName: nvidia.com/priority
+  overwriteEnv: true
+  defaultMemory: 2048
+  defaultCores: 10
+  defaultGPUNum: 1
+  preConfiguredDeviceMemory: 0
+  memoryFactor: 2
+  deviceSplitCount: 10
+  deviceMemoryScaling: 1
+  deviceCoreScaling: 1
+  gpuCorePolicy: force
+  libCudaLogLevel: 1
+  runtimeClassName: ""
+  migProfileAllowlist:
+  - models: [ "A30" ]
+    profiles: [ "1g.6gb", "2g.12gb" ]
+cambricon:
+  resourceCountName: cambricon.com/vmlu
+"#;
+        let mut cfg = SchedulerConfig::default();
+        cfg.apply_device_config(yaml).unwrap();
+        assert!(cfg.overwrite_env);
+        assert_eq!(
+            (cfg.default_memory_mib, cfg.default_cores, cfg.memory_factor),
+            (2048, 10, 2)
+        );
+        assert_eq!(cfg.gpu_core_policy, "force");
+        assert_eq!(cfg.resources, ResourceNames::default());
+        let err = cfg
+            .apply_device_config("nvidia:\n  defaultCores: 150\n")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "device config: nvidia.defaultCores is 150: percent in 0..=100"
+        );
+        assert!(cfg.apply_device_config("nvidia: [").is_err());
+        let mut renamed = SchedulerConfig::default();
+        renamed
+            .apply_device_config("nvidia:\n  resourceCountName: example.com/vgpu\n")
+            .unwrap();
+        assert_eq!(renamed.resources.count, "example.com/vgpu");
     }
 }

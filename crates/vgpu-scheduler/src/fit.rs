@@ -16,7 +16,7 @@ use std::fmt;
 use crate::config::{GpuPolicy, NodePolicy};
 use crate::extender::MAX_EXTENDER_PRIORITY;
 use crate::inventory::{GpuDevice, NodeHealth, NodeInventory};
-use crate::ledger::{effective_usage, AssignedDevice, Assignment, DeviceUsage};
+use crate::ledger::{AssignedDevice, Assignment, DeviceUsage};
 use crate::request::{GpuRequest, PodRequest};
 use vgpu_hami::keys;
 
@@ -236,10 +236,10 @@ pub fn fit_pod(
         })
         .collect();
     let mut work = base.clone();
+    // Per card, the largest init container (they run one at a time).
+    let mut init_peak = vec![DeviceUsage::default(); node.devices.len()];
     let mut containers: Assignment = Vec::with_capacity(req.containers.len());
-    let mut inits = 0;
     for c in &req.containers {
-        inits += usize::from(c.init);
         let Some(gpu) = c.gpu else {
             containers.push(Vec::new());
             continue;
@@ -258,7 +258,12 @@ pub fn fit_pod(
         for &i in &chosen {
             let d = &node.devices[i];
             let memory_mib = gpu.memory.on_card(d.memory_mib);
-            if !c.init {
+            if c.init {
+                let p = &mut init_peak[i];
+                p.slots = 1;
+                p.memory_mib = p.memory_mib.max(memory_mib);
+                p.cores = p.cores.max(gpu.cores);
+            } else {
                 let w = &mut work[i];
                 w.slots += 1;
                 w.memory_mib += memory_mib;
@@ -272,7 +277,7 @@ pub fn fit_pod(
         }
         containers.push(assigned);
     }
-    let utilization = utilization_after(node, &base, &containers, inits);
+    let utilization = utilization_after(node, &base, &work, &init_peak);
     Ok(Placement {
         containers,
         utilization,
@@ -401,24 +406,22 @@ fn check_card(
         + frac((u.memory_mib + memory) as f64, d.memory_mib as f64))
 }
 
+/// The node's use once the pod runs: per card the larger of its app
+/// containers' sum (`work`, base included) and base plus its largest init
+/// container; slots, cores and memory fractions averaged.
 fn utilization_after(
     node: &NodeInventory,
     base: &[DeviceUsage],
-    containers: &Assignment,
-    inits: usize,
+    work: &[DeviceUsage],
+    init_peak: &[DeviceUsage],
 ) -> f64 {
-    let added = effective_usage(containers, inits);
     let (mut slots, mut cores, mut mem) = (0.0, 0.0, 0.0);
     let (mut slots_total, mut cores_total, mut mem_total) = (0.0, 0.0, 0.0);
-    for (d, u) in node.devices.iter().zip(base) {
-        let extra = added
-            .iter()
-            .find(|(uuid, _)| *uuid == d.uuid)
-            .map(|(_, u)| *u)
-            .unwrap_or_default();
-        slots += f64::from(u.slots + extra.slots);
-        cores += f64::from(u.cores + extra.cores);
-        mem += (u.memory_mib + extra.memory_mib) as f64;
+    for (i, d) in node.devices.iter().enumerate() {
+        let (b, w, p) = (&base[i], &work[i], &init_peak[i]);
+        slots += f64::from(w.slots.max(b.slots + p.slots));
+        cores += f64::from(w.cores.max(b.cores + p.cores));
+        mem += w.memory_mib.max(b.memory_mib + p.memory_mib) as f64;
         slots_total += f64::from(d.slots);
         cores_total += f64::from(d.cores);
         mem_total += d.memory_mib as f64;

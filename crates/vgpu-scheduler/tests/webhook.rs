@@ -225,3 +225,20 @@ fn init_containers_and_defaults() {
         Some("none")
     );
 }
+
+#[test]
+fn a_v1beta1_review_is_answered_in_v1beta1() {
+    // HAMi's chart registers the webhook with admissionReviewVersions: [v1beta1].
+    let mut body = admission(gpu_pod(
+        json!([{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]),
+    ));
+    body["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let answer = serde_json::to_value(review(
+        &SchedulerConfig::default(),
+        serde_json::from_value(body).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(answer["response"]["allowed"], true);
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+}
