@@ -16,7 +16,7 @@ use vgpu_scheduler::server::TlsFiles;
 #[derive(clap::Args)]
 pub struct Args {
     /// Extender and webhook address (HTTPS with --cert-file/--key-file).
-    #[arg(long, alias = "http_bind", default_value = "127.0.0.1:8080")]
+    #[arg(long, aliases = ["http_bind", "listen"], default_value = "127.0.0.1:8080")]
     http_bind: SocketAddr,
     /// TLS certificate chain (PEM).
     #[arg(long, alias = "cert_file", requires = "key_file")]
@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long, alias = "key_file", requires = "cert_file")]
     key_file: Option<PathBuf>,
     /// Metrics address (`:9395` = all interfaces); `off` disables.
-    #[arg(long, default_value = ":9395")]
+    #[arg(long, alias = "metrics", default_value = ":9395")]
     metrics_bind_address: String,
     /// HAMi's pre-2.9 metric names, beside the new ones.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
@@ -45,6 +45,19 @@ pub struct Args {
     /// HAMi's device-config.yaml (its `nvidia:` resource names and defaults).
     #[arg(long)]
     device_config_file: Option<PathBuf>,
+    /// Resource names (HAMi's chart values resourceName, resourceMem,
+    /// resourceMemPercentage, resourceCores, resourcePriority); they win
+    /// over --device-config-file.
+    #[arg(long, value_name = "NAME")]
+    resource_name: Option<String>,
+    #[arg(long, value_name = "NAME")]
+    resource_mem: Option<String>,
+    #[arg(long, value_name = "NAME")]
+    resource_mem_percentage: Option<String>,
+    #[arg(long, value_name = "NAME")]
+    resource_cores: Option<String>,
+    #[arg(long, value_name = "NAME")]
+    resource_priority: Option<String>,
     /// Only nodes with these labels (`k=v,k2=v2`).
     #[arg(long)]
     node_label_selector: Option<String>,
@@ -155,6 +168,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         cfg.apply_device_config(&text)
             .with_context(|| format!("in {}", path.display()))?;
+    }
+    let r = &mut cfg.resources;
+    for (slot, flag) in [
+        (&mut r.count, &args.resource_name),
+        (&mut r.memory, &args.resource_mem),
+        (&mut r.memory_percentage, &args.resource_mem_percentage),
+        (&mut r.cores, &args.resource_cores),
+        (&mut r.priority, &args.resource_priority),
+    ] {
+        if let Some(name) = flag {
+            *slot = name.clone();
+        }
     }
     let metrics = match args.metrics_bind_address.as_str() {
         "off" | "" | "0" => None,
