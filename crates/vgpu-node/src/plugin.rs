@@ -91,6 +91,8 @@ pub struct PluginCore {
     kube: KubeApi,
     devices: watch::Receiver<DeviceSet>,
     lock: tokio::sync::Mutex<()>,
+    /// Bumped when a server stops: its ListAndWatch streams end.
+    epoch: watch::Sender<u64>,
     /// Counters.
     pub stats: Arc<PluginStats>,
 }
@@ -139,6 +141,7 @@ impl PluginCore {
             kube,
             devices,
             lock: tokio::sync::Mutex::new(()),
+            epoch: watch::channel(0).0,
             stats,
         })
     }
@@ -660,7 +663,15 @@ pub async fn serve(
             }
         };
         let _ = stop_tx.send(());
-        let _ = server.await;
+        core.epoch.send_modify(|e| *e += 1);
+        // Connections the kubelet keeps open must not hold the restart.
+        let mut server = server;
+        if tokio::time::timeout(Duration::from_secs(2), &mut server)
+            .await
+            .is_err()
+        {
+            server.abort();
+        }
         core.stats.registered.store(false, Ordering::SeqCst);
         if !restart {
             if inode(&sock) == ours {
