@@ -132,6 +132,9 @@ struct RunArgs {
     /// Log level: error, warn, info, debug.
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// Check the settings, print them and exit (nothing is started).
+    #[arg(long)]
+    check: bool,
 }
 
 /// `500ms`, `30s`, `5m`, `1h`, or plain seconds.
@@ -159,7 +162,7 @@ fn go_bool(s: &str, what: &str) -> anyhow::Result<bool> {
         .with_context(|| format!("{what} {s:?}: expected true or false"))
 }
 
-fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String)> {
+fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String, bool)> {
     let node = a
         .node_name
         .or_else(|| std::env::var(vgpu_hami::keys::ENV_NODE_NAME).ok())
@@ -210,7 +213,7 @@ fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String)> {
     c.pod_refresh = duration(&a.pod_refresh)?;
     c.nvml_library = a.nvml_library;
     c.kubeconfig = a.kubeconfig;
-    Ok((c, a.log_level))
+    Ok((c, a.log_level, a.check))
 }
 
 fn manifests_cmd(a: ManifestArgs) -> anyhow::Result<ExitCode> {
@@ -241,7 +244,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(NodeCmd::Manifests(m)) = args.cmd {
         return manifests_cmd(m);
     }
-    let (cfg, level) = config(args.run)?;
+    let (cfg, level, check) = config(args.run)?;
+    if check {
+        println!("{cfg:#?}");
+        return Ok(ExitCode::SUCCESS);
+    }
     let level: tracing::Level = level.parse().map_err(|_| {
         anyhow::anyhow!("--log-level {level:?}: expected error, warn, info or debug")
     })?;

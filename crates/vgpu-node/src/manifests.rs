@@ -193,7 +193,7 @@ impl Default for DevicePlugin {
             nvidia_node_selector: BTreeMap::from([("gpu".into(), "on".into())]),
             monitor_port: 9394,
             enforce: "report".into(),
-            tolerance: "128Mi".into(),
+            tolerance: "128m".into(),
             grace: "30s".into(),
             device_plugin_path: "/var/lib/kubelet/device-plugins".into(),
             broker_dir: "/run/vgpu".into(),
