@@ -292,3 +292,19 @@ impl Drop for ApiFixture {
         }
     }
 }
+
+/// Decodes `v` as `K` the way the emulator admits objects: a wrong type or
+/// a field `K` does not know is an error (`strict decoding error: unknown
+/// field "spec.x"`); returns the object as `K` re-encodes it (for tests
+/// that validate manifests against the real API types).
+pub fn normalize_strict<K>(v: &serde_json::Value) -> Result<serde_json::Value, String>
+where
+    K: DeserializeOwned + Serialize,
+{
+    let (kept, unknown) = resources::strict::<K>(v)?;
+    if unknown.is_empty() {
+        Ok(kept)
+    } else {
+        Err(resources::strict_error(&unknown))
+    }
+}

@@ -53,7 +53,7 @@ impl ResourceDef {
 
 /// Decodes `v` as `K` (a wrong type is an error) and re-encodes it; returns
 /// the re-encoded value and the paths the type dropped (unknown fields).
-fn strict<K>(v: &Value) -> Result<(Value, Vec<String>), String>
+pub(crate) fn strict<K>(v: &Value) -> Result<(Value, Vec<String>), String>
 where
     K: serde::de::DeserializeOwned + serde::Serialize,
 {
