@@ -148,6 +148,50 @@ fn more_gpus_than_any_node_has_and_malformed_requests() {
         r.failed_and_unresolvable_nodes.unwrap()["a"],
         "container \"main\": nvidia.com/gpumem is -1, must not be negative"
     );
+    // A GPU type no node has: every GPU node refused, saying so.
+    let unknown = pod(
+        "x",
+        json!({"nvidia.com/gpu": "1"}),
+        json!({"nvidia.com/use-gputype": "B200"}),
+    );
+    let r = filter(&s, &names_args(unknown, ALL), &cfg, now());
+    assert_eq!(r.node_names.unwrap(), Vec::<String>::new());
+    let u = r.failed_and_unresolvable_nodes.unwrap();
+    assert_eq!(u.len(), ALL.len(), "{u:?}");
+    assert_eq!(
+        u["big"],
+        "container \"main\" needs 1 GPUs, 0 of 8 fit (8 type excluded)"
+    );
+    assert_eq!(
+        u["t"],
+        "container \"main\" needs 1 GPUs, 0 of 1 fit (1 type excluded)"
+    );
+    // More malformed values, each refused on every node with its reason.
+    for (limits, want) in [
+        (
+            json!({"nvidia.com/gpu": "-1"}),
+            "container \"main\": nvidia.com/gpu is -1, must not be negative",
+        ),
+        (
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "-5"}),
+            "container \"main\": nvidia.com/gpucores is -5, must not be negative",
+        ),
+        (
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "101"}),
+            "container \"main\": nvidia.com/gpumem-percentage is 101, must be at most 100",
+        ),
+    ] {
+        let r = filter(
+            &s,
+            &names_args(pod("x", limits.clone(), json!({})), &["a", "big"]),
+            &cfg,
+            now(),
+        );
+        assert_eq!(r.node_names.unwrap(), Vec::<String>::new(), "{limits}");
+        let u = r.failed_and_unresolvable_nodes.unwrap();
+        assert_eq!(u["a"], want, "{limits}");
+        assert_eq!(u["big"], want, "{limits}");
+    }
     // No Pod at all is a request error.
     let r = filter(&s, &ExtenderArgs::default(), &cfg, now());
     assert_eq!(r.error, "extender args carry no Pod");
