@@ -314,6 +314,21 @@ async fn admit_bind_allocate(
     assert_eq!(annotation(&pod, keys::DEVICES_ALLOCATED), Some(&*want));
     assert_eq!(annotation(&pod, keys::ASSIGNED_NODE), Some(NODE));
     assert_eq!(annotation(&pod, keys::BIND_PHASE), Some("allocating"));
+    assert_eq!(
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::ASSIGNED_NODE))
+            .map(String::as_str),
+        Some(NODE)
+    );
+    for k in [keys::ASSIGNED_TIME, keys::BIND_TIME] {
+        assert!(
+            annotation(&pod, k).is_some_and(|t| t.parse::<i64>().is_ok()),
+            "{k}: {:?}",
+            annotation(&pod, k)
+        );
+    }
     let lock = env
         .node_annotation(keys::NODE_LOCK)
         .expect("the bind holds the node lock until Allocate");
