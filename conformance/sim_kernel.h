@@ -39,14 +39,14 @@ static const char SPIN_PTX[] =
     "  ret;\n"
     "}\n";
 
-static const char *sim_kernel_name(void) {
+static __attribute__((unused)) const char *sim_kernel_name(void) {
     const char *n = getenv("VGPU_CONF_KERNEL");
     return n && *n ? n : "spin";
 }
 
 /* The image to pass to cuModuleLoadData (see above). The caller never
  * frees it. */
-static const void *sim_module_image(void) {
+static __attribute__((unused)) const void *sim_module_image(void) {
     const char *path = getenv("VGPU_CONF_CUBIN");
     if (!path || !*path) {
         const char *sim = getenv("VGPU_SIM_DIR");

@@ -1,23 +1,49 @@
-//! Links libgcc's unwinder statically (`libgcc_eh.a`, hidden symbols) so
-//! that libvgpu.so does not pull `libgcc_s.so.1` into every process of the
-//! container: loading it costs each process (shells, `ls`, Python) a second
-//! library to map and relocate and libgcc_s's constructor (`cpuid`s, which
-//! trap in a VM): measured ~80 µs of the ~160 µs libvgpu.so added to
-//! `/bin/true` here. Panics still unwind to the `catch_unwind` at every
-//! export. Where `libgcc_eh.a` is not found (another toolchain), std's
-//! default (`libgcc_s`) stays.
-use std::path::PathBuf;
+//! Two things the crate's own targets cannot do:
+//!
+//! 1. The front object `libvgpu.so` (`front/front.c`, x86_64 Linux): a few
+//!    kilobytes of jump slots and no load-time symbol relocations, so a
+//!    process that never uses CUDA pays ~nothing for the preload; it loads
+//!    this crate's cdylib (`libvgpu_core.so`, next to it) at its first CUDA
+//!    or NVML call. Compiled here with the C compiler and placed beside the
+//!    crate's other artifacts (`target/<profile>/` and its `deps/`, where
+//!    test executables look first), written atomically.
+//!    Elsewhere no front is built and `libvgpu_core.so` is the interposer.
+//! 2. The core linked `-Bsymbolic-functions`: its hook table must hold its
+//!    own functions even though the front exports the same names first.
+//! 3. libgcc's unwinder linked statically (`libgcc_eh.a`, hidden symbols)
+//!    so the core does not pull `libgcc_s.so.1` into a process at its first
+//!    CUDA call (a second library to map and relocate, and a constructor
+//!    with `cpuid`s, which trap in a VM). Panics still unwind to the
+//!    `catch_unwind` at every export. Where `libgcc_eh.a` is not found
+//!    (another toolchain), std's default (`libgcc_s`) stays.
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=front/front.c");
+    println!("cargo:rerun-if-changed=front/hooks.h");
     println!("cargo:rerun-if-env-changed=CC");
     let target = std::env::var("TARGET").unwrap_or_default();
     if !target.ends_with("-linux-gnu") {
         return;
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let found = Command::new(&cc)
+    static_unwinder(&cc);
+    // The core's references to its own exports bind to itself, not to the
+    // front's exports of the same names (which jump into the core: a loop).
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    if target.starts_with("x86_64-") {
+        front(&cc);
+    } else {
+        println!(
+            "cargo:warning=no libvgpu.so front for {target}: preload libvgpu_core.so directly"
+        );
+    }
+}
+
+fn static_unwinder(cc: &str) {
+    let found = Command::new(cc)
         .arg("-print-file-name=libgcc_eh.a")
         .output()
         .ok()
@@ -33,7 +59,65 @@ fn main() {
             println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
         }
         None => println!(
-            "cargo:warning=libgcc_eh.a not found via {cc}; libvgpu.so will need libgcc_s.so.1"
+            "cargo:warning=libgcc_eh.a not found via {cc}; libvgpu_core.so will need libgcc_s.so.1"
         ),
+    }
+}
+
+/// Compiles the front into OUT_DIR and places it in the profile directory
+/// (OUT_DIR is `<target>/<profile>/build/<pkg>-<hash>/out`).
+fn front(cc: &str) {
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
+    let built = out_dir.join("libvgpu.so");
+    let status = Command::new(cc)
+        .args([
+            "-shared", "-fPIC", "-O2", "-g", "-Wall", "-Wextra", "-Werror",
+        ])
+        // No start files: no constructor, no _init/_fini, no __cxa_finalize.
+        .args([
+            "-nostartfiles",
+            "-fno-stack-protector",
+            "-fvisibility=hidden",
+        ])
+        // Lazy binding: its few libc imports resolve at first use, not in
+        // every process that loads it. Two segments (code, data) and no
+        // RELRO: fewer mmap/mprotect calls and page faults per process
+        // (strace: 36 syscalls for /bin/true here, an empty preload 39,
+        // none 30); its only writable data are the slots, written once at
+        // bind, and the lazy GOT, writable under lazy binding anyway.
+        .args([
+            "-Wl,-soname,libvgpu.so",
+            "-Wl,-z,lazy",
+            "-Wl,--as-needed",
+            "-Wl,-z,noseparate-code",
+            "-Wl,-z,norelro",
+        ])
+        .arg("-o")
+        .arg(&built)
+        .arg("front/front.c")
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        other => panic!("cannot build the libvgpu.so front with {cc}: {other:?}"),
+    }
+    let Some(profile_dir) = out_dir.ancestors().nth(3) else {
+        panic!("unexpected OUT_DIR {}", out_dir.display());
+    };
+    install(&built, &profile_dir.join("libvgpu.so"));
+    // Test executables live in deps/ and look beside themselves first; a
+    // libvgpu.so there from before the core was renamed must not shadow
+    // the front.
+    if profile_dir.join("deps").is_dir() {
+        install(&built, &profile_dir.join("deps/libvgpu.so"));
+    }
+}
+
+/// Copies `from` to `to` through a temporary name and a rename, so a
+/// process that has the old file mapped keeps it.
+fn install(from: &Path, to: &Path) {
+    let tmp = to.with_extension(format!("so.tmp{}", std::process::id()));
+    if let Err(e) = std::fs::copy(from, &tmp).and_then(|_| std::fs::rename(&tmp, to)) {
+        let _ = std::fs::remove_file(&tmp);
+        panic!("cannot place {}: {e}", to.display());
     }
 }

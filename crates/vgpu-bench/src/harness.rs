@@ -187,14 +187,7 @@ pub struct RunResult {
 
 /// `e: source: source…` on one line.
 fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }
 
 fn ms(ns: u64) -> f64 {

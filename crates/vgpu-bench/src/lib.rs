@@ -8,12 +8,16 @@
 //! libvgpu.so's per-slot phase timestamps ([`phases`], [`region_view`]).
 //! [`sweep`] runs several modes and worker counts in random order and fits
 //! p99 against N; [`plot`] draws the SVG.
+//!
+//! [`sm`] is `vgpu bench sm`, the SM limiter's accuracy instrument.
+pub mod dl;
 pub mod harness;
 pub mod phases;
 pub mod plot;
 pub mod region_view;
 pub mod report;
 pub mod slots;
+pub mod sm;
 pub mod stats;
 pub mod sweep;
 pub mod sys;

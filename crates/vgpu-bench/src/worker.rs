@@ -298,7 +298,7 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
 
 mod ffi {
     //! dlopen/dlsym of the CUDA driver and the calls through its pointers.
-    use std::ffi::{c_int, c_uint, c_void, CStr};
+    use std::ffi::{c_int, c_uint, c_void};
 
     use super::{Resolve, Then};
 
@@ -315,42 +315,15 @@ mod ffi {
         then: Then,
     }
 
-    fn dlerror() -> String {
-        // SAFETY: dlerror returns NULL or a NUL-terminated thread-local string
-        // valid until the next dl* call on this thread; copied at once.
-        let p = unsafe { libc::dlerror() };
-        if p.is_null() {
-            "unknown dl error".into()
-        } else {
-            // SAFETY: non-NULL, NUL-terminated (dlerror contract).
-            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-        }
-    }
-
-    fn sym(handle: *mut c_void, name: &CStr) -> Result<*mut c_void, String> {
-        // SAFETY: handle is RTLD_DEFAULT or a live dlopen handle; name is
-        // NUL-terminated.
-        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
-        if p.is_null() {
-            Err(format!("dlsym({}): {}", name.to_string_lossy(), dlerror()))
-        } else {
-            Ok(p)
-        }
-    }
+    use crate::dl::sym;
 
     impl Api {
         pub fn load(resolve: Resolve, then: Then) -> Result<Api, String> {
-            // SAFETY: a constant NUL-terminated name; RTLD_GLOBAL like an
-            // application linked with -lcuda.
-            let h = unsafe {
-                libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL)
-            };
-            if h.is_null() {
-                return Err(format!("dlopen(libcuda.so.1): {}", dlerror()));
-            }
+            // RTLD_GLOBAL like an application linked with -lcuda.
+            let h = crate::dl::open_global(c"libcuda.so.1")?;
             let scope = match resolve {
-                Resolve::Default => libc::RTLD_DEFAULT,
-                Resolve::Handle => h,
+                Resolve::Default => None,
+                Resolve::Handle => Some(h),
             };
             let init = sym(scope, c"cuInit")?;
             let (mut device_get, mut ctx_create, mut mem_alloc) = (None, None, None);

@@ -28,12 +28,7 @@ fn artifact(name: &str) -> PathBuf {
 fn sim(profile: &str) -> SimHandle {
     let opts = SimOptions::profile(profile).expect("profile");
     SimHandle::start(opts).unwrap_or_else(|e| {
-        let mut msg = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            msg.push_str(&format!(": {s}"));
-            src = s.source();
-        }
+        let msg = vgpu_errors::chain(&e);
         panic!("the simulated driver must start (build the workspace first: cargo build --workspace): {msg}")
     })
 }

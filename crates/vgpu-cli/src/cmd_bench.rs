@@ -12,6 +12,41 @@ pub enum BenchCmd {
     /// Burst cuInit: N fresh processes released at once; latency percentiles,
     /// failures by reason, phase composition, p99-vs-N fit.
     Init(InitArgs),
+    /// SM limiter accuracy: tenants at set shares on a simulated or real
+    /// GPU; per-second share vs target, error, settling, throughput, ns
+    /// per launch (docs/limiter.md).
+    Sm(SmArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SmArgs {
+    /// Rows to run (comma-separated names; default: every row).
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<String>,
+    /// Seconds measured per row.
+    #[arg(long, default_value_t = 5)]
+    seconds: usize,
+    /// Engines (comma-separated): sim (vgpu-sim, a machine per row), gpu
+    /// (the real NVIDIA driver), model (the control law alone on its
+    /// deterministic model). Default: gpu,model when an NVIDIA driver is
+    /// present, else sim,model.
+    #[arg(long, value_delimiter = ',')]
+    engine: Vec<String>,
+    /// Interposer for the tenants: vgpu (libvgpu.so) or native (none).
+    #[arg(long, default_value = "vgpu")]
+    mode: String,
+    /// Write the JSON (a `rows` array).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the SVG plot.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Also write the text report to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Exit 1 when a row misses its targets (failed tenants always do).
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(clap::Args)]
@@ -158,7 +193,171 @@ impl Drop for IdentitySetup {
 pub fn run(cmd: BenchCmd) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCmd::Init(a) => init(a),
+        BenchCmd::Sm(a) => sm(a),
     }
+}
+
+fn sm(a: SmArgs) -> anyhow::Result<ExitCode> {
+    use vgpu_bench::sm::{self, Engine};
+    let command = std::iter::once("vgpu".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if a.seconds < 2 {
+        anyhow::bail!("--seconds must be at least 2 (the first second is the settling allowance)");
+    }
+    let rows = sm::rows::select(&a.rows).map_err(anyhow::Error::msg)?;
+    let real = sweep::real_driver();
+    let engines: Vec<Engine> = if a.engine.is_empty() {
+        vec![
+            if real.is_some() {
+                Engine::Gpu
+            } else {
+                Engine::Sim
+            },
+            Engine::Model,
+        ]
+    } else {
+        a.engine
+            .iter()
+            .map(|e| match e.as_str() {
+                "sim" => Ok(Engine::Sim),
+                "gpu" => Ok(Engine::Gpu),
+                "model" => Ok(Engine::Model),
+                _ => Err(anyhow::anyhow!("unknown --engine {e:?} (sim, gpu, model)")),
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    if engines.contains(&Engine::Gpu) && real.is_none() {
+        anyhow::bail!(
+            "--engine gpu: no NVIDIA driver found (/proc/driver/nvidia/version, nvidia-smi)"
+        );
+    }
+    let vgpu_lib = sweep::artifact("libvgpu.so").ok();
+    let preload = match a.mode.as_str() {
+        "vgpu" => Some(
+            vgpu_lib
+                .clone()
+                .context("libvgpu.so not built (cargo build -p vgpu-preload)")?,
+        ),
+        "native" => None,
+        m => anyhow::bail!("unknown --mode {m:?} (vgpu, native)"),
+    };
+    let procs = engines.iter().any(|e| *e != Engine::Model);
+    let tenant_exe = if procs {
+        Some(sweep::artifact("vgpu-bench-sm-tenant")?)
+    } else {
+        None
+    };
+    let dir = sm::harness::scratch_dir().context("cannot create a scratch directory")?;
+    let mut header = {
+        let h = sweep::machine_header(
+            command,
+            &sweep::Driver::Real {
+                description: String::new(),
+            },
+        );
+        sm::report::Header {
+            command: h.command,
+            revision: h.revision,
+            driver: String::new(),
+            preload: preload
+                .as_ref()
+                .map_or("none (native)".into(), |p| p.display().to_string()),
+            cpus: h.cpus,
+            cpu_model: h.cpu_model,
+            kernel: h.kernel,
+            started_unix: h.started_unix,
+            seconds: a.seconds,
+            mae_definition: sm::metrics::MAE_DEFINITION,
+        }
+    };
+    header.driver = engines
+        .iter()
+        .map(|e| match e {
+            Engine::Sim => {
+                "vgpu-sim (a test double; profile zero, 1 ms time slices, a machine per row)"
+                    .to_string()
+            }
+            Engine::Gpu => format!("NVIDIA driver: {}", real.clone().unwrap_or_default()),
+            Engine::Model => "vgpu-limiter model (the law alone, simulated time)".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut results = Vec::new();
+    for e in &engines {
+        for r in &rows {
+            let res = match e {
+                Engine::Model => match sm::model::run_row(r, a.seconds) {
+                    Some(x) => x,
+                    None => continue,
+                },
+                _ => {
+                    let setup = sm::harness::Setup {
+                        engine: *e,
+                        tenant_exe: tenant_exe.clone().context("tenant binary")?,
+                        preload: preload.clone(),
+                        vgpu_lib: vgpu_lib.clone(),
+                        seconds: a.seconds,
+                        dir: dir.path().to_path_buf(),
+                        start_delay: Duration::from_secs(2),
+                    };
+                    sm::harness::run_row(&setup, r)
+                }
+            };
+            eprintln!(
+                "vgpu bench sm: {} on {}: {}",
+                res.name,
+                res.engine,
+                match (&res.overhead, res.achieved) {
+                    (Some(o), _) => format!(
+                        "bare {:.0} ns, +{:.0} unlimited, +{:.0} limited",
+                        o.bare_ns.unwrap_or(f64::NAN),
+                        o.added_unlimited_ns.unwrap_or(f64::NAN),
+                        o.added_limited_ns.unwrap_or(f64::NAN)
+                    ),
+                    (None, Some(x)) => format!(
+                        "target {:.0} %, achieved {x:.1} %, {} failed",
+                        res.target.unwrap_or(f64::NAN),
+                        res.failures
+                    ),
+                    (None, None) => format!("{} failed", res.failures),
+                }
+            );
+            results.push(res);
+        }
+    }
+    let rep = sm::report::SmReport {
+        schema: sm::report::SCHEMA,
+        header,
+        rows: results,
+    };
+    let text = sm::report::text(&rep);
+    print!("{text}");
+    let write = |path: &Option<PathBuf>, body: String| -> anyhow::Result<()> {
+        if let Some(p) = path {
+            std::fs::write(p, body).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        Ok(())
+    };
+    write(&a.report, text.clone())?;
+    write(&a.json, sm::report::json(&rep))?;
+    write(&a.plot, sm::plot::svg(&rep))?;
+    let failed = rep.failures();
+    if failed > 0 {
+        eprintln!("vgpu bench sm: {failed} tenant(s) or step(s) failed (see notes above)");
+        return Ok(ExitCode::from(1));
+    }
+    let missed = rep
+        .rows
+        .iter()
+        .filter(|r| r.overhead.is_none() && !r.target_met)
+        .count();
+    if a.strict && missed > 0 {
+        eprintln!("vgpu bench sm: {missed} row(s) missed their targets (--strict)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn init(a: InitArgs) -> anyhow::Result<ExitCode> {

@@ -28,16 +28,7 @@ pub struct Args {
     pub limits: Option<PathBuf>,
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg
-}
+use vgpu_errors::chain;
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cache = args.cache.unwrap_or_else(|| {
@@ -328,6 +319,81 @@ pub fn render_with(s: &Snapshot, note: &dyn Fn(&SlotSnapshot) -> &'static str) -
             let _ = writeln!(o, "      fallbacks: {}", list.join(", "));
         }
     }
+    o.push_str(&limiter_block(s));
+    o
+}
+
+/// The SM limiter's block (issue 11): per device the container bucket and
+/// its utilization (always filled, limited or not), per slot the limiter
+/// state and its counters. Kept apart from the rest of the report.
+fn limiter_block(s: &Snapshot) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "limiter:");
+    let ppm = |v: u32| format!("{:.1}%", v as f64 / 10_000.0);
+    for d in &s.devices {
+        let p = &d.pacing;
+        let util = if p.util_at_ns == 0 {
+            "not measured yet".to_string()
+        } else {
+            format!(
+                "{} over {} ms ({})",
+                ppm(p.util_ppm),
+                p.util_window_ns / 1_000_000,
+                p.util_source
+            )
+        };
+        let sampler = p.sampler.map_or("none".to_string(), |(slot, until)| {
+            format!("slot #{slot} until {until} ms")
+        });
+        let _ = writeln!(
+            o,
+            "  [{}] {}  share {}  credit {} us  correction {}  utilization {}  sampler {}  waits {}",
+            d.index,
+            p.mode,
+            if p.share_ppm == 0 { "-".into() } else { ppm(p.share_ppm) },
+            p.credit_ns / 1000,
+            if p.correction_ppm == 0 { "-".into() } else { format!("{:.3}", p.correction_ppm as f64 / 1e6) },
+            util,
+            sampler,
+            p.waits
+        );
+    }
+    for sl in &s.slots {
+        let l = &sl.limiter;
+        let reason = if l.reason == "None" {
+            String::new()
+        } else {
+            format!(" ({})", l.reason)
+        };
+        let devs: Vec<String> = l
+            .devices
+            .iter()
+            .filter(|d| d.launches > 0 || d.measured_ns > 0)
+            .map(|d| {
+                format!(
+                    "dev {}: {} launches, measured {} us, waited {} us, estimate {} ns",
+                    d.index,
+                    d.launches,
+                    d.measured_ns / 1000,
+                    d.waited_ns / 1000,
+                    d.estimate_ns
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  #{} {}{}{}",
+            sl.index,
+            l.state,
+            reason,
+            if devs.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", devs.join("; "))
+            }
+        );
+    }
     o
 }
 
@@ -423,6 +489,48 @@ mod tests {
         assert_eq!(json["slots"][0]["host_pid"], 424242);
         assert_eq!(json["slots"][0]["devices"][0]["usage"]["data"], 3 << 20);
         assert_eq!(json["devices"][0]["limits"]["mem"], 4096u64 << 20);
+    }
+
+    #[test]
+    fn shows_the_limiter_state_and_utilization() {
+        let dir = TempDir::new();
+        let p = dir.path().join("cache");
+        let (r, _) = Region::open_or_create(
+            &p,
+            &CreateOptions {
+                slots: 4,
+                devices: vec![DeviceConfig {
+                    uuid: "GPU-limiter-0".into(),
+                    mem_limit: 0,
+                    sm_limit: 30,
+                }],
+            },
+        )
+        .unwrap();
+        let s = r.register().unwrap();
+        let b = r.bucket(0).unwrap();
+        b.publish(300_000, LimiterState::DegradedIdentity.code());
+        b.set_utilization(291_000, UtilSource::Markers.code(), 5, 100_000_000);
+        r.slot_pacing(s).set_state(
+            LimiterState::DegradedIdentity.code(),
+            DegradedReason::IdentityFailed.code(),
+            7,
+        );
+        r.slot_pacing(s).add_launches(0, 12, 3000);
+        let snap = Region::open_read_only(&p).unwrap().snapshot();
+        let out = render_with(&snap, &owner_status);
+        for want in [
+            "limiter:",
+            "[0] DegradedIdentity  share 30.0%",
+            "utilization 29.1% over 100 ms (Markers)",
+            &format!(
+                "#{} DegradedIdentity (IdentityFailed)  dev 0: 12 launches",
+                s.0
+            ),
+            "waited 3 us",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
     }
 
     #[test]

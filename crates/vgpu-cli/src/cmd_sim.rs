@@ -67,20 +67,91 @@ fn dir_of(d: Option<PathBuf>) -> PathBuf {
     d.unwrap_or_else(client::sim_dir)
 }
 
-/// Flags win over `VGPU_SIM_PROFILE` / `VGPU_SIM_CONFIG` / `VGPU_SIM_DEVICES`.
+/// What the caller asked for, and who asked: flags win over
+/// `VGPU_SIM_PROFILE` / `VGPU_SIM_CONFIG` / `VGPU_SIM_DEVICES`.
+struct Request {
+    profile: Option<(String, &'static str)>,
+    config: Option<(PathBuf, &'static str)>,
+    devices: Option<(String, &'static str)>,
+}
+
+impl Request {
+    fn of(a: &EnvArgs) -> Request {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let pick = |flag: Option<String>, flag_name: &'static str, var: &'static str| {
+            flag.map(|v| (v, flag_name))
+                .or_else(|| env(var).map(|v| (v, var)))
+        };
+        Request {
+            profile: pick(a.profile.clone(), "--profile", "VGPU_SIM_PROFILE"),
+            config: pick(
+                a.config.as_ref().map(|p| p.display().to_string()),
+                "--config",
+                "VGPU_SIM_CONFIG",
+            )
+            .map(|(p, by)| (PathBuf::from(p), by)),
+            devices: pick(a.devices.clone(), "--devices", "VGPU_SIM_DEVICES"),
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.profile.is_some() || self.config.is_some() || self.devices.is_some()
+    }
+
+    /// The configuration asked for, and the config file's text (read once,
+    /// bounded: this is what the daemon gets).
+    fn resolve(&self) -> anyhow::Result<(SimConfig, Option<String>)> {
+        let text = match &self.config {
+            Some((p, _)) => Some(vgpu_sim::config::read_config_file(p)?),
+            None => None,
+        };
+        let mut cfg = match (&text, &self.config) {
+            (Some(t), Some((p, _))) => SimConfig::parse_toml(
+                t,
+                &p.display().to_string(),
+                self.profile.as_ref().map(|(v, _)| v.as_str()),
+            )?,
+            _ => {
+                SimConfig::with_profile(self.profile.as_ref().map_or("zero", |(v, _)| v.as_str()))?
+            }
+        };
+        if let Some((d, by)) = &self.devices {
+            cfg.devices = SimConfig::resolve(None, None, Some(d))
+                .with_context(|| format!("{by} {d}"))?
+                .devices;
+        }
+        Ok((cfg, text))
+    }
+
+    /// Where the asked configuration and the running machine disagree, on
+    /// what was asked: a config file asks for a whole machine, a profile for
+    /// its costs, a device count for that count.
+    fn conflicts(&self, asked: &SimConfig, running: &SimConfig) -> Vec<String> {
+        let mut asked = asked.clone();
+        asked.device.name = vgpu_sim::state::State::device_label_text(&asked.device.name);
+        asked
+            .differences(running)
+            .into_iter()
+            .filter_map(|(field, want, have)| {
+                let by = if let Some((p, by)) = &self.config {
+                    format!("{by} {}", p.display())
+                } else if field.starts_with("cost.") {
+                    let (p, by) = self.profile.as_ref()?;
+                    format!("{by} {p}")
+                } else if field == "devices" {
+                    let (d, by) = self.devices.as_ref()?;
+                    format!("{by} {d}")
+                } else {
+                    return None;
+                };
+                Some(format!("{field}: running {have}, asked {want} ({by})"))
+            })
+            .collect()
+    }
+}
+
 fn resolve(a: &EnvArgs) -> anyhow::Result<SimConfig> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let profile = a.profile.clone().or_else(|| env("VGPU_SIM_PROFILE"));
-    let config = a
-        .config
-        .clone()
-        .or_else(|| env("VGPU_SIM_CONFIG").map(PathBuf::from));
-    let devices = a.devices.clone().or_else(|| env("VGPU_SIM_DEVICES"));
-    Ok(SimConfig::resolve(
-        profile.as_deref(),
-        config.as_deref(),
-        devices.as_deref(),
-    )?)
+    Ok(Request::of(a).resolve()?.0)
 }
 
 fn quote(p: &Path) -> String {
@@ -90,19 +161,29 @@ fn quote(p: &Path) -> String {
 fn env(a: EnvArgs) -> anyhow::Result<ExitCode> {
     let dir = dir_of(a.dir.clone());
     // Bad options fail here, with the field named, before anything starts.
-    let cfg = resolve(&a)?;
-    let explicit = a.profile.is_some() || a.devices.is_some() || a.config.is_some();
+    let req = Request::of(&a);
+    let (cfg, config_text) = req.resolve()?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize().unwrap_or(dir);
     match client::ping(&dir) {
-        Ok(pid) if explicit => {
-            bail!(
-                "a vgpu-sim daemon (pid {pid}) already serves {}; `vgpu sim stop --dir {}` first to change its configuration",
-                dir.display(),
-                dir.display()
-            )
-        }
         Ok(pid) => {
+            if req.any() {
+                // Reuse only a machine that is what was asked for, by flag
+                // or environment alike.
+                let running = vgpu_sim::Machine::connect_dir(&dir, false)
+                    .with_context(|| format!("reading the running machine at {}", dir.display()))?
+                    .state
+                    .config();
+                let conflicts = req.conflicts(&cfg, &running);
+                if !conflicts.is_empty() {
+                    bail!(
+                        "a vgpu-sim daemon (pid {pid}) already serves {} with another configuration:\n  {}\n`vgpu sim stop --dir {}` first to change it, or ask for what runs",
+                        dir.display(),
+                        conflicts.join("\n  "),
+                        dir.display()
+                    )
+                }
+            }
             eprintln!(
                 "vgpu sim: reusing the daemon (pid {pid}) at {}",
                 dir.display()
@@ -112,11 +193,17 @@ fn env(a: EnvArgs) -> anyhow::Result<ExitCode> {
         }
         Err(_) => {
             vgpu_sim::link_libs(&dir).context("linking the simulated driver libraries")?;
-            if let Some(c) = &a.config {
-                std::fs::copy(c, dir.join("config.toml"))
-                    .with_context(|| format!("copying {}", c.display()))?;
-            }
-            start_daemon(&dir, &a, &cfg)?;
+            let config = match &config_text {
+                // The daemon reads the very text validated here.
+                Some(t) => {
+                    let copy = dir.join("config.toml");
+                    std::fs::write(&copy, t)
+                        .with_context(|| format!("writing {}", copy.display()))?;
+                    Some(copy)
+                }
+                None => None,
+            };
+            start_daemon(&dir, config.as_deref(), &cfg)?;
         }
     }
     let lib = dir.join("lib");
@@ -128,7 +215,7 @@ fn env(a: EnvArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn start_daemon(dir: &Path, a: &EnvArgs, cfg: &SimConfig) -> anyhow::Result<()> {
+fn start_daemon(dir: &Path, config: Option<&Path>, cfg: &SimConfig) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the vgpu binary")?;
     let log_path = dir.join("daemon.log");
     let log = std::fs::File::create(&log_path)
@@ -141,7 +228,7 @@ fn start_daemon(dir: &Path, a: &EnvArgs, cfg: &SimConfig) -> anyhow::Result<()> 
         "--devices",
         &cfg.devices.to_string(),
     ]);
-    if let Some(c) = &a.config {
+    if let Some(c) = config {
         cmd.arg("--config").arg(c);
     }
     // Detached: own process group (no terminal signals), no inherited

@@ -38,14 +38,7 @@ pub enum Error {
 
 /// An error and its sources, one line (for test failure messages).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }
 
 /// The repository root (this crate lives in `crates/vgpu-conformance`).
@@ -108,7 +101,7 @@ pub fn procaddress_map() -> PathBuf {
     conformance_dir().join("data/cudart-12.9-procaddress-expected.txt")
 }
 
-/// Compile `conformance/<name>.c` into `out_dir/<name>` with gcc against
+/// Compile `conformance/<name>.c` (or `.cc`, with g++) into `out_dir/<name>` with gcc against
 /// NVIDIA's headers, linked `-lcuda -lnvidia-ml` against dev links to the
 /// built simulated-driver libraries. The binary records the
 /// SONAMEs (`libcuda.so.1`, `libnvidia-ml.so.1`), so at run time it takes
@@ -129,12 +122,27 @@ pub fn build_with(name: &str, out_dir: &Path, link_driver: bool) -> Result<PathB
         .tempdir_in(out_dir)
         .map_err(io(out_dir))?;
 
-    let src = conformance_dir().join(format!("{name}.c"));
+    // C, or C++ where the client needs it (`<name>.cc`: thread_local
+    // destructors).
+    let cxx = conformance_dir().join(format!("{name}.cc"));
+    let (src, compiler, std) = if cxx.exists() {
+        (
+            cxx,
+            std::env::var_os("CXX").unwrap_or_else(|| "g++".into()),
+            "-std=gnu++17",
+        )
+    } else {
+        (
+            conformance_dir().join(format!("{name}.c")),
+            std::env::var_os("CC").unwrap_or_else(|| "gcc".into()),
+            "-std=gnu11",
+        )
+    };
     let exe = out_dir.join(name);
     // Tests build in parallel: compile to a private name, then rename.
     let tmp = links.path().join(name);
-    let mut cmd = Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()));
-    cmd.args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
+    let mut cmd = Command::new(compiler);
+    cmd.args([std, "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"])
         .arg("-I")
         .arg(&inc)
         .arg("-o")
@@ -188,8 +196,26 @@ impl Report {
     /// Everything passed: exit 0, at least one PASS, no FAIL, and the
     /// summary line present (a crash half-way leaves no summary).
     pub fn ok(&self) -> bool {
-        let summary = format!("{} passed, 0 failed", self.passed);
-        self.success && self.failed == 0 && self.passed > 0 && self.stdout.contains(&summary)
+        // One summary line per process that reported (a program may run a
+        // second process of itself); together they count every PASS.
+        let summaries: Vec<(usize, usize)> = self
+            .stdout
+            .lines()
+            .filter_map(|l| {
+                let (_, tail) = l.rsplit_once(": ")?;
+                let (p, f) = tail.split_once(" passed, ")?;
+                Some((p.parse().ok()?, f.strip_suffix(" failed")?.parse().ok()?))
+            })
+            .collect();
+        let (p, f) = summaries
+            .iter()
+            .fold((0, 0), |(a, b), (p, f)| (a + p, b + f));
+        self.success
+            && self.failed == 0
+            && self.passed > 0
+            && !summaries.is_empty()
+            && p == self.passed
+            && f == 0
     }
 }
 

@@ -61,6 +61,35 @@ fn nvml_api_on_two_devices() {
 }
 
 #[test]
+fn device_memory_holds_bytes_and_ipc_shares_them_across_processes() {
+    let h = sim(SimOptions::default());
+    let r = run(&program("cuda_data"), &[], &h.env()).unwrap();
+    // The importer (a second process) reports too.
+    assert!(r.stdout.contains("cuda_data ipc-child: "), "{r}");
+    assert_ok(&r);
+}
+
+#[test]
+fn queries_jit_linking_and_graph_memory_on_two_devices() {
+    let h = sim(SimOptions::default().devices(2));
+    let r = run(&program("cuda_query"), &[], &h.env()).unwrap();
+    assert!(r.stdout.contains("PASS device 0 reaches device 1"), "{r}");
+    assert_ok(&r);
+}
+
+#[test]
+fn driver_calls_from_thread_local_destructors_and_atexit_return_cleanly() {
+    let h = sim(SimOptions::default());
+    let r = run(&program("teardown"), &[], &h.env()).unwrap();
+    assert!(
+        r.stdout.contains("teardown atexit: 3 passed, 0 failed"),
+        "{r}"
+    );
+    assert!(!r.stderr.contains("panic"), "{r}");
+    assert_ok(&r);
+}
+
+#[test]
 fn get_proc_address_for_every_cudart_request() {
     let h = sim(SimOptions::default());
     let req = cudart_requests();

@@ -243,6 +243,177 @@ fn rust_side() -> Vec<(String, i64)> {
         NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
         NVML_ERROR_UNKNOWN,
     );
+    // Issue 12: data, IPC, queries, monitors.
+    size!(v, CUDA_MEMCPY2D);
+    off!(v, CUDA_MEMCPY2D, srcMemoryType);
+    off!(v, CUDA_MEMCPY2D, srcHost);
+    off!(v, CUDA_MEMCPY2D, srcDevice);
+    off!(v, CUDA_MEMCPY2D, srcArray);
+    off!(v, CUDA_MEMCPY2D, srcPitch);
+    off!(v, CUDA_MEMCPY2D, dstXInBytes);
+    off!(v, CUDA_MEMCPY2D, dstMemoryType);
+    off!(v, CUDA_MEMCPY2D, dstHost);
+    off!(v, CUDA_MEMCPY2D, dstDevice);
+    off!(v, CUDA_MEMCPY2D, dstPitch);
+    off!(v, CUDA_MEMCPY2D, WidthInBytes);
+    off!(v, CUDA_MEMCPY2D, Height);
+    size!(v, CUDA_MEMCPY3D);
+    off!(v, CUDA_MEMCPY3D, srcLOD);
+    off!(v, CUDA_MEMCPY3D, srcMemoryType);
+    off!(v, CUDA_MEMCPY3D, srcHost);
+    off!(v, CUDA_MEMCPY3D, srcDevice);
+    off!(v, CUDA_MEMCPY3D, srcArray);
+    off!(v, CUDA_MEMCPY3D, reserved0);
+    off!(v, CUDA_MEMCPY3D, srcPitch);
+    off!(v, CUDA_MEMCPY3D, srcHeight);
+    off!(v, CUDA_MEMCPY3D, dstXInBytes);
+    off!(v, CUDA_MEMCPY3D, dstMemoryType);
+    off!(v, CUDA_MEMCPY3D, dstHost);
+    off!(v, CUDA_MEMCPY3D, dstDevice);
+    off!(v, CUDA_MEMCPY3D, dstPitch);
+    off!(v, CUDA_MEMCPY3D, dstHeight);
+    off!(v, CUDA_MEMCPY3D, WidthInBytes);
+    off!(v, CUDA_MEMCPY3D, Height);
+    off!(v, CUDA_MEMCPY3D, Depth);
+    size!(v, CUipcMemHandle);
+    size!(v, CUipcEventHandle);
+    size!(v, CUDA_MEM_ALLOC_NODE_PARAMS);
+    off!(v, CUDA_MEM_ALLOC_NODE_PARAMS, accessDescs);
+    off!(v, CUDA_MEM_ALLOC_NODE_PARAMS, accessDescCount);
+    off!(v, CUDA_MEM_ALLOC_NODE_PARAMS, bytesize);
+    off!(v, CUDA_MEM_ALLOC_NODE_PARAMS, dptr);
+    size!(v, CUlinkState);
+    konst!(
+        v,
+        CU_MEMORYTYPE_HOST,
+        CU_MEMORYTYPE_DEVICE,
+        CU_MEMORYTYPE_ARRAY,
+        CU_MEMORYTYPE_UNIFIED,
+        CU_IPC_HANDLE_SIZE,
+        CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
+        CU_EVENT_DISABLE_TIMING,
+        CU_EVENT_INTERPROCESS,
+        CU_POINTER_ATTRIBUTE_CONTEXT,
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+        CU_POINTER_ATTRIBUTE_HOST_POINTER,
+        CU_POINTER_ATTRIBUTE_P2P_TOKENS,
+        CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+        CU_POINTER_ATTRIBUTE_BUFFER_ID,
+        CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        CU_POINTER_ATTRIBUTE_MAPPED,
+        CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+        CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+        CU_POINTER_ATTRIBUTE_ACCESS_FLAGS,
+        CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+        CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+        CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+        CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID,
+        CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE,
+        CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE,
+        CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+        CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+        CU_LIMIT_STACK_SIZE,
+        CU_LIMIT_PRINTF_FIFO_SIZE,
+        CU_LIMIT_MALLOC_HEAP_SIZE,
+        CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH,
+        CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT,
+        CU_LIMIT_MAX_L2_FETCH_GRANULARITY,
+        CU_LIMIT_PERSISTING_L2_CACHE_SIZE,
+        CU_LIMIT_SHMEM_SIZE,
+        CU_LIMIT_CIG_ENABLED,
+        CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED,
+        CU_FUNC_CACHE_PREFER_NONE,
+        CU_FUNC_CACHE_PREFER_EQUAL,
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+        CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
+        CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+        CU_FUNC_ATTRIBUTE_NUM_REGS,
+        CU_FUNC_ATTRIBUTE_PTX_VERSION,
+        CU_FUNC_ATTRIBUTE_BINARY_VERSION,
+        CU_FUNC_ATTRIBUTE_CACHE_MODE_CA,
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+        CU_FUNC_ATTRIBUTE_MAX,
+        CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK,
+        CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED,
+        CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+        CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED,
+        CU_JIT_INPUT_CUBIN,
+        CU_JIT_INPUT_PTX,
+        CU_JIT_INPUT_FATBINARY,
+        CU_JIT_INPUT_OBJECT,
+        CU_JIT_INPUT_LIBRARY,
+        CU_JIT_NUM_INPUT_TYPES,
+    );
+    code!(
+        v,
+        CUresult,
+        CUDA_ERROR_UNSUPPORTED_LIMIT,
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+        CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+    );
+    size!(v, nvmlBAR1Memory_t);
+    off!(v, nvmlBAR1Memory_t, bar1Free);
+    off!(v, nvmlBAR1Memory_t, bar1Used);
+    size!(v, nvmlConfComputeMemSizeInfo_t);
+    off!(v, nvmlConfComputeMemSizeInfo_t, unprotectedMemSizeKib);
+    size!(v, nvmlProcessDetail_v1_t);
+    off!(v, nvmlProcessDetail_v1_t, usedGpuMemory);
+    off!(v, nvmlProcessDetail_v1_t, gpuInstanceId);
+    off!(v, nvmlProcessDetail_v1_t, computeInstanceId);
+    off!(v, nvmlProcessDetail_v1_t, usedGpuCcProtectedMemory);
+    size!(v, nvmlProcessDetailList_v1_t);
+    off!(v, nvmlProcessDetailList_v1_t, mode);
+    off!(v, nvmlProcessDetailList_v1_t, numProcArrayEntries);
+    off!(v, nvmlProcessDetailList_v1_t, procArray);
+    size!(v, nvmlTemperature_v1_t);
+    off!(v, nvmlTemperature_v1_t, sensorType);
+    off!(v, nvmlTemperature_v1_t, temperature);
+    size!(v, nvmlFieldValue_t);
+    off!(v, nvmlFieldValue_t, scopeId);
+    off!(v, nvmlFieldValue_t, timestamp);
+    off!(v, nvmlFieldValue_t, latencyUsec);
+    off!(v, nvmlFieldValue_t, valueType);
+    off!(v, nvmlFieldValue_t, nvmlReturn);
+    off!(v, nvmlFieldValue_t, value);
+    konst!(
+        v,
+        NVML_CLOCK_GRAPHICS,
+        NVML_CLOCK_SM,
+        NVML_CLOCK_MEM,
+        NVML_CLOCK_VIDEO,
+        NVML_TEMPERATURE_GPU,
+        NVML_FEATURE_DISABLED,
+        NVML_FEATURE_ENABLED,
+        NVML_COMPUTEMODE_DEFAULT,
+        NVML_PSTATE_0,
+        NVML_PSTATE_UNKNOWN,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        NVML_VOLATILE_ECC,
+        NVML_AGGREGATE_ECC,
+        NVML_PCIE_UTIL_TX_BYTES,
+        NVML_PCIE_UTIL_RX_BYTES,
+        NVML_DEVICE_SERIAL_BUFFER_SIZE,
+        NVML_VALUE_TYPE_UNSIGNED_INT,
+        NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+        NVML_FI_DEV_NVLINK_LINK_COUNT,
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+        NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
+        NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
+        NVML_FI_MAX,
+        nvmlProcessDetailList_v1,
+        nvmlTemperature_v1,
+    );
     v
 }
 

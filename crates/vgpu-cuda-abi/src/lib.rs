@@ -10,7 +10,11 @@
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 pub mod cuda;
+pub mod cuda_data;
 pub mod nvml;
+pub mod nvml_device;
 
 pub use cuda::*;
+pub use cuda_data::*;
 pub use nvml::*;
+pub use nvml_device::*;

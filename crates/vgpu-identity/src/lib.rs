@@ -2,7 +2,7 @@
 //!
 //! NVML reports host-namespace PIDs; a process in a container knows only its
 //! inner PID. This crate provides the tiers that learn the host PID
-//! (`../shared/DESIGN.md` section 5), first that works wins:
+//! (docs/design.md section 6), first that works wins:
 //!
 //! 1. [`client`]: ask the node's broker over a Unix socket
 //!    (`LIBVGPU_HOSTPID_BROKER`); the broker answers with the `SO_PEERCRED`
@@ -33,4 +33,4 @@ pub mod telemetry;
 pub use client::{query_broker, BrokerError};
 pub use procfs::{host_pid_from_mount, parse_nstgid, ProcfsError};
 pub use resolve::{resolve, ResolveConfig};
-pub use telemetry::{FailureCode, Telemetry, Tier};
+pub use telemetry::{parse_tier, tier_name, FailureCode, IdentityTier, Telemetry, DEFAULT_ORDER};

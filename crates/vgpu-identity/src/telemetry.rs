@@ -2,36 +2,39 @@
 //! small stable numeric codes with names, counts and a duration.
 use std::time::Duration;
 
-/// Which tier produced (or last tried to produce) the host PID.
-///
-/// A `u8` newtype so a slot can store it in an atomic; values are stable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[repr(transparent)]
-pub struct Tier(pub u8);
+/// Which tier produced (or last tried to produce) the host PID: the one
+/// tier type, shared with the region's slot telemetry.
+pub use vgpu_region::IdentityTier;
 
-impl Tier {
-    /// Nothing tried yet / no tier configured.
-    pub const NONE: Tier = Tier(0);
-    /// Host-PID broker over a Unix socket.
-    pub const BROKER: Tier = Tier(1);
-    /// Trusted host procfs mount.
-    pub const PROCFS: Tier = Tier(2);
-    /// NVML probe (retain a primary context, diff the process list).
-    pub const PROBE: Tier = Tier(3);
-    /// The process runs in the initial PID namespace: `getpid()` is the
-    /// host PID (same value as `vgpu_region::IdentityTier::SameNamespace`).
-    pub const SAME_NAMESPACE: Tier = Tier(4);
+/// The tiers in the default order: no experiment when a cheap answer exists.
+pub const DEFAULT_ORDER: [IdentityTier; 4] = [
+    IdentityTier::SameNamespace,
+    IdentityTier::Broker,
+    IdentityTier::HostProcfs,
+    IdentityTier::NvmlProbe,
+];
 
-    /// Stable lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::NONE => "none",
-            Tier::BROKER => "broker",
-            Tier::PROCFS => "procfs",
-            Tier::PROBE => "probe",
-            Tier::SAME_NAMESPACE => "same_namespace",
-            _ => "unknown",
-        }
+/// A tier's stable lower-case name, as `LIBVGPU_IDENTITY_TIERS` and the
+/// log spell it.
+pub fn tier_name(t: IdentityTier) -> &'static str {
+    match t {
+        IdentityTier::None => "none",
+        IdentityTier::Broker => "broker",
+        IdentityTier::HostProcfs => "procfs",
+        IdentityTier::NvmlProbe => "probe",
+        IdentityTier::SameNamespace => "same_namespace",
+    }
+}
+
+/// A tier from its configuration name (and a few aliases); `None` for
+/// anything else (and for `none`, which is not a tier to try).
+pub fn parse_tier(s: &str) -> Option<IdentityTier> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "same_namespace" | "same-namespace" | "ns" => Some(IdentityTier::SameNamespace),
+        "broker" => Some(IdentityTier::Broker),
+        "procfs" | "host_procfs" => Some(IdentityTier::HostProcfs),
+        "probe" | "nvml_probe" => Some(IdentityTier::NvmlProbe),
+        _ => None,
     }
 }
 
@@ -96,10 +99,10 @@ impl std::fmt::Display for FailureCode {
 }
 
 /// The outcome of one identity resolution, for the slot and `vgpu inspect`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Telemetry {
     /// The tier that produced the PID, or the last one tried on failure.
-    pub tier: Tier,
+    pub tier: IdentityTier,
     /// The host PID, if resolved.
     pub host_pid: Option<u32>,
     /// Tier attempts made (each tier tried counts one; probe rounds count
@@ -109,6 +112,18 @@ pub struct Telemetry {
     pub failure: FailureCode,
     /// Wall time spent, monotonic.
     pub duration: Duration,
+}
+
+impl Default for Telemetry {
+    fn default() -> Telemetry {
+        Telemetry {
+            tier: IdentityTier::None,
+            host_pid: None,
+            attempts: 0,
+            failure: FailureCode::NONE,
+            duration: Duration::ZERO,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -127,6 +142,10 @@ mod tests {
             FailureCode::PROBE_AMBIGUOUS.to_string(),
             "PROBE_AMBIGUOUS (304)"
         );
-        assert_eq!(Tier::BROKER.name(), "broker");
+        assert_eq!(tier_name(IdentityTier::Broker), "broker");
+        for t in DEFAULT_ORDER {
+            assert_eq!(parse_tier(tier_name(t)), Some(t));
+        }
+        assert_eq!(parse_tier("none"), None);
     }
 }

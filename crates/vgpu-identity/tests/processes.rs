@@ -186,7 +186,7 @@ fn child_entry() {
                     name.to_owned(),
                     format!(
                         "{}/{:?}/{}/{}/{}",
-                        r.telemetry.tier.name(),
+                        vgpu_identity::tier_name(r.telemetry.tier),
                         r.host_pid(),
                         r.telemetry.attempts,
                         r.telemetry.failure.name(),

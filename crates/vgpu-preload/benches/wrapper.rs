@@ -1,7 +1,9 @@
 //! Wrapper overhead: the same tenant process, once straight on the
 //! simulated driver and once under libvgpu.so (a region with a memory limit,
 //! no SM limit), alternating runs in one invocation. Reports medians of
-//! per-run medians; prints, never asserts time.
+//! per-run medians; prints, never asserts time. `VGPU_BENCH_BASELINE_LIB`
+//! names another build of the library (e.g. the previous one) to run as a
+//! third column in the same rotation, for before/after.
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -66,14 +68,35 @@ fn main() {
         ),
         ("CUDA_DEVICE_MEMORY_LIMIT".to_string(), "64g".to_string()),
     ]);
+    let baseline_lib = std::env::var("VGPU_BENCH_BASELINE_LIB")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let baseline_cache = dir.path().join("baseline.cache");
+    let baseline: Option<Vec<(String, String)>> = baseline_lib.as_ref().map(|l| {
+        interposed
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                "LD_PRELOAD" => (k.clone(), l.clone()),
+                "CUDA_DEVICE_MEMORY_SHARED_CACHE" => {
+                    (k.clone(), baseline_cache.display().to_string())
+                }
+                _ => (k.clone(), v.clone()),
+            })
+            .collect()
+    });
     let mut d: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut i: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut bl: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for _ in 0..RUNS {
         let a = run(tenant, &direct, &iters);
         let b = run(tenant, &interposed, &iters);
+        let c = baseline.as_ref().map(|e| run(tenant, e, &iters));
         for (k, _) in OPS {
             d.entry(k).or_default().push(a[k]);
             i.entry(k).or_default().push(b[k]);
+            if let Some(c) = &c {
+                bl.entry(k).or_default().push(c[k]);
+            }
         }
     }
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -94,7 +117,28 @@ fn main() {
         .unwrap_or_default();
     let mut md = String::new();
     md.push_str("# Wrapper overhead: libvgpu.so vs direct, on the simulated driver\n\n");
-    md.push_str("Command: `cargo bench -p vgpu-preload --bench wrapper -- --write`\n");
+    md.push_str("Command: `cargo bench -p vgpu-preload --bench wrapper -- --write`");
+    if let Ok(l) = std::env::var("VGPU_BENCH_BASELINE_LIB") {
+        md.push_str(&format!(" with `VGPU_BENCH_BASELINE_LIB={l}`"));
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load1: f64 = load
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    md.push_str(&format!(
+        "\nLoad average at the end: {}{}\n",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        if load1 > 1.0 {
+            " (a loaded machine: figures provisional)"
+        } else {
+            ""
+        }
+    ));
     md.push_str(&format!("Date: {date}; nproc: {nproc}; CPU: {cpu}\n"));
     md.push_str(&format!(
         "Method: the `vgpu-demo-tenant bench` process (dlopen + dlsym, like an application) runs {RUNS} times directly and {RUNS} times under \
@@ -105,17 +149,54 @@ fn main() {
          between batches (untimed), since the simulated driver blocks a full pushbuffer like a real one. `cargo bench` also enables the test-only \
          `failpoints` feature (dev-dependency unification); with no `LIBVGPU_FAILPOINT_PANIC` set it costs one relaxed load per call.\n\n"
     ));
-    md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: |\n");
+    if let Some(l) = &baseline_lib {
+        md.push_str(&format!(
+            "Baseline: `VGPU_BENCH_BASELINE_LIB={l}` ran as a third process in the same rotation (same limit, its own region).\n\n"
+        ));
+        md.push_str("| call | direct (ns) | baseline interposed (ns) | baseline added (ns) | interposed (ns) | added (ns) | ratio | vs baseline |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    } else {
+        md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: |\n");
+    }
     for (k, name) in OPS {
         let a = median(d[k].clone());
         let b = median(i[k].clone());
-        md.push_str(&format!(
-            "| {name} | {a:.1} | {b:.1} | {:+.1} | {:.2}x |\n",
-            b - a,
-            b / a
-        ));
+        match bl.get(k) {
+            Some(c) => {
+                let c = median(c.clone());
+                md.push_str(&format!(
+                    "| {name} | {a:.1} | {c:.1} | {:+.1} | {b:.1} | {:+.1} | {:.2}x | {:.2}x |\n",
+                    c - a,
+                    b - a,
+                    b / a,
+                    b / c
+                ));
+            }
+            None => md.push_str(&format!(
+                "| {name} | {a:.1} | {b:.1} | {:+.1} | {:.2}x |\n",
+                b - a,
+                b / a
+            )),
+        }
     }
-    md.push_str("\nTargets (DESIGN.md section 7): alloc+free < 150 ns added; unlimited launch < 20 ns added.\n");
+    md.push_str("\nRaw per-run medians (ns), in run order:\n\n");
+    for (k, name) in OPS {
+        let f = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.1}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        md.push_str(&format!(
+            "- {name}: direct {}; interposed {}",
+            f(&d[k]),
+            f(&i[k])
+        ));
+        if let Some(c) = bl.get(k) {
+            md.push_str(&format!("; baseline {}", f(c)));
+        }
+        md.push('\n');
+    }
+    md.push_str("\nTargets (docs/design.md section 9): alloc+free < 150 ns added; unlimited launch < 20 ns added.\n");
     print!("{md}");
     if write {
         let p =

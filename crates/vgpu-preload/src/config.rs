@@ -1,11 +1,21 @@
-//! The environment contract (DESIGN.md section 3), parsed once per process.
+//! The whole environment contract (docs/design.md section 4, docs/env.md):
+//! nothing else in the library reads the environment.
 //!
 //! Parsing is pure (it takes the variables as a list) so it is unit-tested
 //! without touching the process environment. Every malformed value yields
 //! one problem line (logged by the caller) and the documented fallback:
-//! the variable is ignored, as if unset.
+//! the variable is ignored, as if unset. The attachment reads a fresh
+//! [`Config`] per process image (a forked child that changed its
+//! environment sees the change); [`process_config`] is the one read by
+//! code that runs before or without an attachment (NVML-only processes).
+//!
+//! Must never log (the log reads its level from here) or call a driver.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use vgpu_identity::probe::ProbeOptions;
+use vgpu_region::IdentityTier;
 
 /// Where a process finds its container's region when
 /// `CUDA_DEVICE_MEMORY_SHARED_CACHE` is not in its environment (an ssh or
@@ -48,8 +58,41 @@ pub struct Config {
     pub context_memory: u64,
     pub priority: i32,
     pub util_policy: UtilPolicy,
+    /// Host-PID identity (`LIBVGPU_IDENTITY*`, `LIBVGPU_HOSTPID_*`,
+    /// `LIBVGPU_HOST_PROCFS`).
+    pub identity: Identity,
     /// One line per malformed variable, with the fallback taken.
     pub problems: Vec<String>,
+}
+
+/// `lazy` (default) or `eager`.
+pub const ENV_IDENTITY_MODE: &str = "LIBVGPU_IDENTITY";
+/// Comma-separated tiers in the order to try them (a subset is fine):
+/// `same_namespace`, `broker`, `procfs`, `probe`.
+pub const ENV_IDENTITY_TIERS: &str = "LIBVGPU_IDENTITY_TIERS";
+
+/// What the environment asks of host-PID identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Resolve inside `cuInit` (benchmarks) instead of at first need.
+    pub eager: bool,
+    /// The tiers to try, in order.
+    pub tiers: Vec<IdentityTier>,
+    pub broker: Option<PathBuf>,
+    pub procfs: Option<PathBuf>,
+    pub probe: ProbeOptions,
+}
+
+impl Default for Identity {
+    fn default() -> Identity {
+        Identity {
+            eager: false,
+            tiers: vgpu_identity::DEFAULT_ORDER.to_vec(),
+            broker: None,
+            procfs: None,
+            probe: ProbeOptions::default(),
+        }
+    }
 }
 
 pub use vgpu_region::units::{parse_mem_size, parse_sm_percent};
@@ -81,6 +124,7 @@ impl Config {
             context_memory: DEFAULT_CONTEXT_MEMORY,
             priority: 0,
             util_policy: UtilPolicy::Default,
+            identity: Identity::default(),
             problems: Vec::new(),
         };
         for (k, v) in vars {
@@ -171,9 +215,55 @@ impl Config {
                     "disable" => self.util_policy = UtilPolicy::Disable,
                     _ => self.bad(k, v, "expected default, force or disable", "using default"),
                 },
+                ENV_IDENTITY_MODE => match v.trim() {
+                    "" | "lazy" => self.identity.eager = false,
+                    "eager" => self.identity.eager = true,
+                    _ => self
+                        .problems
+                        .push(format!("{k}={v:?} is not lazy or eager; using lazy")),
+                },
+                ENV_IDENTITY_TIERS => self.identity_tiers(k, v),
+                vgpu_identity::resolve::ENV_BROKER => self.identity.broker = path(v),
+                vgpu_identity::resolve::ENV_PROCFS => self.identity.procfs = path(v),
+                vgpu_identity::resolve::ENV_LOCK => {
+                    if let Some(lock) = path(v) {
+                        self.identity.probe.lock_path = lock;
+                    }
+                }
                 _ => {}
             }
         }
+    }
+
+    fn identity_tiers(&mut self, k: &str, v: &str) {
+        if v.trim().is_empty() {
+            return;
+        }
+        let mut out = Vec::new();
+        let mut bad = Vec::new();
+        for part in v.split(',').filter(|p| !p.trim().is_empty()) {
+            match vgpu_identity::parse_tier(part) {
+                Some(t) if !out.contains(&t) => out.push(t),
+                Some(_) => {}
+                None => bad.push(part.trim().to_string()),
+            }
+        }
+        if !bad.is_empty() {
+            self.problems.push(format!(
+                "{k}={v:?}: unknown tier(s) {} (known: same_namespace, broker, procfs, probe); {}",
+                bad.join(", "),
+                if out.is_empty() {
+                    "using the default order"
+                } else {
+                    "ignored"
+                }
+            ));
+        }
+        self.identity.tiers = if out.is_empty() {
+            vgpu_identity::DEFAULT_ORDER.to_vec()
+        } else {
+            out
+        };
     }
 
     /// Memory limit of visible device `i` from the environment (0 = none).
@@ -195,9 +285,146 @@ impl Config {
     }
 }
 
+/// An empty value counts as unset.
+fn path(v: &str) -> Option<PathBuf> {
+    (!v.is_empty()).then(|| PathBuf::from(v))
+}
+
+/// The configuration of this process image, read once (for code that runs
+/// before or without an attachment).
+pub fn process_config() -> &'static Config {
+    static CFG: OnceLock<Config> = OnceLock::new();
+    CFG.get_or_init(Config::from_env)
+}
+
+/// `LIBCUDA_LOG_LEVEL`: 0 quiet, 1 errors, 2 warnings (default), 3 info,
+/// 4 debug.
+pub const DEFAULT_LOG_LEVEL: u8 = 2;
+
+/// Parses a `LIBCUDA_LOG_LEVEL` value; `None` when it is not a level.
+pub fn parse_log_level(v: &str) -> Option<u8> {
+    match v.trim().parse::<u8>() {
+        Ok(n) if n <= 4 => Some(n),
+        _ => None,
+    }
+}
+
+/// The log level from the environment, and the malformed value if any
+/// (the log reports it). Read by the log once, apart from [`Config`]: the
+/// log must work before (and while) the rest is parsed.
+pub fn log_level_from_env() -> (u8, Option<String>) {
+    match crate::sys::env_var("LIBCUDA_LOG_LEVEL") {
+        None => (DEFAULT_LOG_LEVEL, None),
+        Some(v) => {
+            let v = String::from_utf8_lossy(&v).into_owned();
+            match parse_log_level(&v) {
+                Some(n) => (n, None),
+                None => (DEFAULT_LOG_LEVEL, Some(v)),
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------ failpoints
+// Test-only variables (feature `failpoints`, enabled for this crate's own
+// tests): inert and free when the feature is off.
+
+#[cfg(feature = "failpoints")]
+fn failpoint_var(name: &str) -> Option<String> {
+    crate::sys::env_var(name)
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// `LIBVGPU_FAILPOINT_PANIC=<hook name>`: that hook (or `dlsym`) panics
+/// inside its guard. Read once.
+#[cfg(feature = "failpoints")]
+pub fn failpoint_panic() -> Option<&'static str> {
+    static V: OnceLock<Option<String>> = OnceLock::new();
+    V.get_or_init(|| failpoint_var("LIBVGPU_FAILPOINT_PANIC"))
+        .as_deref()
+}
+
+/// `LIBVGPU_FAILPOINT_NVML_STALL_MS=<ms>`: the library's own NVML device
+/// count query sleeps that long inside the driver layer (a slow driver,
+/// for the fork-while-in-NVML test).
+pub fn failpoint_nvml_stall() {
+    #[cfg(feature = "failpoints")]
+    {
+        static V: OnceLock<u64> = OnceLock::new();
+        let ms = *V.get_or_init(|| {
+            failpoint_var("LIBVGPU_FAILPOINT_NVML_STALL_MS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        });
+        if ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+}
+
+/// `LIBVGPU_FAILPOINT_OWNED_THREAD=<file>`: attaching starts the owned
+/// thread with a heartbeat job that appends its life to `<file>` (for the
+/// start / fork-restart / exit-stop test).
+pub fn failpoint_owned_thread() -> Option<&'static std::path::Path> {
+    #[cfg(feature = "failpoints")]
+    {
+        static V: OnceLock<Option<PathBuf>> = OnceLock::new();
+        V.get_or_init(|| failpoint_var("LIBVGPU_FAILPOINT_OWNED_THREAD").map(PathBuf::from))
+            .as_deref()
+    }
+    #[cfg(not(feature = "failpoints"))]
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_levels_parse_strictly() {
+        assert_eq!(parse_log_level("0"), Some(0));
+        assert_eq!(parse_log_level(" 4 "), Some(4));
+        assert_eq!(parse_log_level("5"), None);
+        assert_eq!(parse_log_level("debug"), None);
+        assert_eq!(parse_log_level("-1"), None);
+    }
+
+    #[test]
+    fn identity_tiers_order_subset_and_bad_names() {
+        let s = cfg(&[]).identity;
+        assert_eq!(s.tiers, vgpu_identity::DEFAULT_ORDER);
+        assert!(!s.eager);
+        let c = cfg(&[
+            (ENV_IDENTITY_TIERS, "probe, broker,probe"),
+            (ENV_IDENTITY_MODE, "eager"),
+        ]);
+        assert_eq!(
+            c.identity.tiers,
+            [IdentityTier::NvmlProbe, IdentityTier::Broker]
+        );
+        assert!(c.identity.eager && c.problems.is_empty());
+        let c = cfg(&[
+            (ENV_IDENTITY_MODE, "soon"),
+            (ENV_IDENTITY_TIERS, "broker,warp"),
+        ]);
+        assert_eq!(c.identity.tiers, [IdentityTier::Broker]);
+        assert!(!c.identity.eager);
+        assert_eq!(c.problems.len(), 2, "{:?}", c.problems);
+        assert!(c.problems[0].contains("\"soon\""), "{:?}", c.problems);
+        assert!(c.problems[1].contains("warp"), "{:?}", c.problems);
+        let c = cfg(&[(ENV_IDENTITY_TIERS, "nonsense")]);
+        assert_eq!(c.identity.tiers, vgpu_identity::DEFAULT_ORDER);
+        assert!(c.problems[0].contains("default order"));
+        let c = cfg(&[
+            ("LIBVGPU_HOSTPID_BROKER", "/run/b.sock"),
+            ("LIBVGPU_HOST_PROCFS", ""),
+            ("LIBVGPU_HOSTPID_LOCK", "/x/lock"),
+        ]);
+        assert_eq!(c.identity.broker, Some(PathBuf::from("/run/b.sock")));
+        assert_eq!(c.identity.procfs, None);
+        assert_eq!(c.identity.probe.lock_path, PathBuf::from("/x/lock"));
+    }
 
     fn cfg(vars: &[(&str, &str)]) -> Config {
         Config::from_vars(vars.iter().copied())

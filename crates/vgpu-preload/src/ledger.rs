@@ -1,7 +1,12 @@
 //! The process's view of its container's shared region: the one place this
 //! library calls `vgpu-region` (open/create, register, reserve/release,
-//! limits, phases).
+//! limits, phases), and the process-local record of what it charged
+//! ([`Tables`], [`Charges`]).
+//!
+//! Must never decide policy (what to charge is `memory`'s) or call a driver.
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Phase, Region, SlotId};
 
@@ -216,6 +221,90 @@ impl Ledger {
     }
 }
 
+/// What one charge was: device (CUDA ordinal), kind, bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Charge {
+    pub dev: u32,
+    pub kind: Kind,
+    pub bytes: u64,
+}
+
+/// A stream-ordered pool this process has charged for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolCharge {
+    pub dev: u32,
+    /// Bytes currently charged for this pool (its reserved memory as last seen).
+    pub charged: u64,
+}
+
+/// A cheap hasher for pointer and handle keys (the allocation hot path):
+/// one folded 64x64->128 multiply, which mixes the low bits that aligned
+/// device pointers leave zero. Keys come from the driver, not an attacker.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        let m = u128::from(self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+}
+
+pub type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<KeyHasher>>;
+
+/// What this process has charged, by object (the process-local half of
+/// the ledger: the region holds the totals).
+#[derive(Default)]
+pub struct Tables {
+    /// Linear/managed/pitched allocations by device pointer.
+    pub allocs: Map<u64, Charge>,
+    /// Stream-ordered allocations: pointer -> pool.
+    pub async_ptrs: Map<u64, usize>,
+    pub pools: Map<usize, PoolCharge>,
+    /// `cuMemCreate` handles.
+    pub handles: Map<u64, Charge>,
+    /// Arrays and mipmapped arrays by handle.
+    pub arrays: Map<usize, Charge>,
+    /// Contexts created with `cuCtxCreate*`.
+    pub ctxs: Map<usize, Charge>,
+}
+
+/// The charge tables of one process, each behind its own short lock (never
+/// held across a driver call, except `primary`: a retain count must move
+/// with the driver's own).
+#[derive(Default)]
+pub struct Charges {
+    pub tables: Mutex<Tables>,
+    /// Primary-context retain count and charge per device.
+    pub primary: Mutex<Map<u32, (u32, u64)>>,
+}
+
+impl Charges {
+    pub fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
+        // A poisoned lock only means a panic elsewhere mid-update; the maps
+        // are still usable and the library must keep serving.
+        self.tables.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, (u32, u64)>> {
+        self.primary.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 pub use vgpu_region::Phase as RegionPhase;
 pub const DATA: MemKind = MemKind::Data;
 pub const CONTEXT: MemKind = MemKind::Context;
@@ -250,5 +339,22 @@ impl View {
             return 0;
         }
         self.region.device_used_live(dev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::{BuildHasher, BuildHasherDefault};
+
+    #[test]
+    fn key_hasher_spreads_aligned_pointers() {
+        // Device pointers are 2 MiB aligned here: the low bits (which pick
+        // the bucket) must still differ.
+        let b = BuildHasherDefault::<KeyHasher>::default();
+        let low: std::collections::HashSet<u64> = (0..256u64)
+            .map(|i| b.hash_one(0x7f00_0000_0000 + (i << 21)) & 0xff)
+            .collect();
+        assert!(low.len() > 128, "only {} distinct low bytes", low.len());
     }
 }

@@ -8,29 +8,36 @@
 //! `cuGetProcAddress` so every escape route reaches the same hooks.
 //!
 //! Rules this crate keeps: no work in constructors (everything is lazy,
-//! behind once-flags); no threads, no tokio, no global subscriber; logging
-//! by raw `write(2)`; no unwrap/expect/panic on any path reachable from C,
-//! and every export behind `catch_unwind`; never crash or hang the host:
+//! behind once-flags); at most one thread of its own, started on first
+//! need (`process`); no tokio, no global subscriber; logging by raw
+//! `write(2)`; no unwrap/expect/panic on any path reachable from C, and
+//! every export behind `catch_unwind`; never crash or hang the host:
 //! degrade, log one line, keep the state visible.
 //!
-//! Layout: `hooks` (the one-declaration-per-hook macro and the table),
-//! `hooks::cuda`/`hooks::nvml` (the declarations), `policy` (what a hook
-//! does), `state` (per-process state, `cuInit` phases, fork/exit), `ledger`
-//! (the region), `config` (env contract), `visible` (`CUDA_VISIBLE_DEVICES`),
-//! `dl` (`dlsym`), `sys`/`aux` (FFI helpers).
+//! Layers, each importing only the ones below it (`tests/layers.rs`
+//! fails on an upward import):
+//!
+//! | layer | modules | owns |
+//! | --- | --- | --- |
+//! | exports | [`ffi`] | the hook exports, `dlsym`, the routes, the front binding |
+//! | policy | [`init`], [`limiter`], [`views`], [`memory`], [`identity`] | `cuInit` phases; launch gate; virtual views; memory admission; host PID |
+//! | state | [`attach`] | per-process configuration, region slot, charge tables |
+//! | driver, ledger | [`driver`], [`ledger`] | the real-function table and the driver traits; the region |
+//! | process | [`process`] | generation, fork/exit handlers, re-entrancy guard, the owned thread |
+//! | base | [`log`], [`config`], [`sys`] | raw-write log; the environment contract; libc glue |
 #![allow(non_snake_case, non_upper_case_globals)]
 
 #[macro_use]
 pub mod log;
-pub mod aux;
+pub mod attach;
 pub mod config;
-pub mod coverage;
-pub mod dl;
-pub mod hooks;
+pub mod driver;
+pub mod ffi;
 pub mod identity;
+pub mod init;
 pub mod ledger;
-pub mod policy;
-pub mod probe_driver;
-pub mod state;
+pub mod limiter;
+pub mod memory;
+pub mod process;
 pub mod sys;
-pub mod visible;
+pub mod views;

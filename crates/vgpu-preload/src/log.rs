@@ -1,8 +1,10 @@
-//! Logging by raw `write(2)` to stderr, prefixed `[vgpu]`.
+//! Logging by raw `write(2)` to stderr, prefixed `[vgpu]`, and the one
+//! error-chain formatter of the library.
 //!
-//! No allocation, no locks, no global subscriber: the library lives inside
-//! arbitrary host processes. The level comes from `LIBCUDA_LOG_LEVEL`
-//! (0 quiet, 1 errors, 2 warnings (default), 3 info, 4 debug), read once.
+//! No allocation on the write path, no locks, no global subscriber: the
+//! library lives inside arbitrary host processes. The level comes from
+//! `LIBCUDA_LOG_LEVEL` (0 quiet, 1 errors, 2 warnings (default), 3 info,
+//! 4 debug), read once through `config`.
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -10,18 +12,10 @@ pub const ERROR: u8 = 1;
 pub const WARN: u8 = 2;
 pub const INFO: u8 = 3;
 pub const DEBUG: u8 = 4;
-const DEFAULT: u8 = WARN;
+const DEFAULT: u8 = crate::config::DEFAULT_LOG_LEVEL;
 const UNREAD: u8 = u8::MAX;
 
 static LEVEL: AtomicU8 = AtomicU8::new(UNREAD);
-
-/// Parses a `LIBCUDA_LOG_LEVEL` value; `None` when it is not a level.
-pub fn parse_level(v: &str) -> Option<u8> {
-    match v.trim().parse::<u8>() {
-        Ok(n) if n <= DEBUG => Some(n),
-        _ => None,
-    }
-}
 
 /// The active level (reads the environment the first time).
 pub fn level() -> u8 {
@@ -29,13 +23,7 @@ pub fn level() -> u8 {
     if l != UNREAD {
         return l;
     }
-    let (lvl, bad) = match std::env::var("LIBCUDA_LOG_LEVEL") {
-        Err(_) => (DEFAULT, None),
-        Ok(v) => match parse_level(&v) {
-            Some(n) => (n, None),
-            None => (DEFAULT, Some(v)),
-        },
-    };
+    let (lvl, bad) = crate::config::log_level_from_env();
     LEVEL.store(lvl, Ordering::Relaxed);
     if let Some(v) = bad {
         emit(
@@ -85,6 +73,11 @@ pub fn emit(l: u8, args: fmt::Arguments<'_>) {
     crate::sys::write_stderr(&buf.b[..buf.n]);
 }
 
+/// `e`, then each of its sources, joined by `: ` (one line for the log).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    vgpu_errors::chain(e)
+}
+
 #[macro_export]
 macro_rules! log_at {
     ($lvl:expr, $($t:tt)*) => {
@@ -105,15 +98,6 @@ macro_rules! debug { ($($t:tt)*) => { $crate::log_at!($crate::log::DEBUG, $($t)*
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn levels_parse_strictly() {
-        assert_eq!(parse_level("0"), Some(0));
-        assert_eq!(parse_level(" 4 "), Some(4));
-        assert_eq!(parse_level("5"), None);
-        assert_eq!(parse_level("debug"), None);
-        assert_eq!(parse_level("-1"), None);
-    }
 
     #[test]
     fn buffer_cuts_instead_of_overflowing() {

@@ -1,5 +1,10 @@
-//! Thin FFI wrappers over libc for the loader and stderr. Unsafe lives here
-//! (and in `dl.rs` / the hook exports), each block with why it holds.
+//! Thin FFI wrappers over libc: the loader (`dlopen`, the real `dlsym`,
+//! `dladdr`), stderr, the raw environment, futexes, fork/exit handler
+//! registration, and reading/writing C out-pointers. The bottom layer:
+//! imports nothing of this crate. Each unsafe block says why it holds.
+//!
+//! Must never allocate on the paths the log and the fork handler use
+//! (`write_stderr`, `futex_*`).
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -46,6 +51,13 @@ pub fn real_dlsym() -> Option<DlsymFn> {
     }
     // SAFETY: `p` is glibc's `dlsym`, whose C type is `DlsymFn`.
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// Sets glibc's `dlsym` as a front object found it (before anything here
+/// asks for it: this library is then loaded privately, and a lookup
+/// relative to it would not find glibc's).
+pub fn set_real_dlsym(p: *mut c_void) {
+    REAL_DLSYM.store(p, Ordering::Release);
 }
 
 /// Looks `name` up in `handle` with the real `dlsym`; null when absent.
@@ -115,24 +127,12 @@ pub fn env_with_prefixes(prefixes: &[&str]) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
-/// `cuDeviceGetCount` of the loaded driver, looked up alone: `cuInit` needs
-/// only this one, not the whole set `aux::cuda` resolves (a `dlsym` each).
-pub fn cuda_device_count() -> Option<u32> {
-    type GetCount = unsafe extern "C" fn(*mut c_int) -> vgpu_cuda_abi::CUresult;
-    let h = crate::hooks::handle(crate::hooks::Lib::Cuda);
-    if h.is_null() {
-        return None;
-    }
-    let p = lookup(h, c"cuDeviceGetCount");
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: `p` is the driver's cuDeviceGetCount, whose C type is `GetCount`.
-    let f = unsafe { std::mem::transmute::<*mut c_void, GetCount>(p) };
-    let mut n: c_int = 0;
-    // SAFETY: `n` is a valid out-parameter.
-    let r = unsafe { f(&mut n) };
-    (r.is_success() && n >= 0).then_some(n as u32)
+/// The value of environment variable `name` (exact match), as bytes.
+pub fn env_var(name: &str) -> Option<Vec<u8>> {
+    env_with_prefixes(&[name])
+        .into_iter()
+        .find(|(k, _)| k == name.as_bytes())
+        .map(|(_, v)| v)
 }
 
 /// Registers `f` to run at normal process exit.
@@ -190,4 +190,77 @@ pub unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a str> {
     }
     // SAFETY: non-null and NUL-terminated per this function's contract.
     unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+/// Blocks while `*word == expected`, at most `timeout` (None: forever);
+/// returns on a wake, a timeout, a signal or a changed value alike.
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned u32 for the whole call; the kernel
+    // only reads it and the (optional) relative timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            tsp,
+        )
+    };
+}
+
+/// Wakes up to `n` waiters of `word`.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
+    // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE only uses its address.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        )
+    };
+}
+
+/// The base address of the loaded object that contains address `addr`
+/// (0: none).
+pub fn object_base(addr: usize) -> usize {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only compares `addr` with the loaded objects' ranges
+    // (never dereferences it) and fills `info`.
+    let ok = unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) };
+    if ok == 0 {
+        return 0;
+    }
+    // SAFETY: dladdr succeeded, so it filled `info`.
+    unsafe { info.assume_init() }.dli_fbase as usize
+}
+
+/// The base of a front object that loaded this library (0: none), set
+/// once when it binds.
+static FRONT_BASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+pub fn set_front_base(base: usize) {
+    FRONT_BASE.store(base, Ordering::Release);
+}
+
+/// Whether `p` is code of this library (or of the front that loaded it):
+/// a "driver" symbol that resolves here would forward into itself.
+pub fn is_own_code(p: *const c_void) -> bool {
+    let base = object_base(p as usize);
+    if base == 0 {
+        return false;
+    }
+    let front = FRONT_BASE.load(Ordering::Acquire);
+    base == object_base(is_own_code as *const () as usize) || (front != 0 && base == front)
 }

@@ -23,7 +23,7 @@ fn hooks_lists_every_declared_hook() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    for h in vgpu::hooks::all() {
+    for h in vgpu_core::ffi::all() {
         assert!(
             text.lines()
                 .any(|l| l.split_whitespace().next() == Some(h.name)),
@@ -36,7 +36,10 @@ fn hooks_lists_every_declared_hook() {
         &["hooks", "--tsv", "--lib", libvgpu().to_str().unwrap()],
         &[],
     );
-    assert_eq!(String::from_utf8_lossy(&tsv.stdout), vgpu::coverage::tsv());
+    assert_eq!(
+        String::from_utf8_lossy(&tsv.stdout),
+        vgpu_core::ffi::coverage::tsv()
+    );
     let bad = run(&vgpu(), &["hooks", "--lib", "/nonexistent/libvgpu.so"], &[]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("/nonexistent/libvgpu.so"));

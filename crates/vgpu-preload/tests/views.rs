@@ -102,7 +102,9 @@ fn env_less_process_in_a_container_finds_the_default_region() {
     let s = sim(1);
     let dir = tempfile::tempdir().unwrap();
     region_at(&dir.path().join("region.cache"), &[256 * MIB]);
-    let default_dir = Path::new(vgpu::config::DEFAULT_CACHE).parent().unwrap();
+    let default_dir = Path::new(vgpu_core::config::DEFAULT_CACHE)
+        .parent()
+        .unwrap();
     std::fs::create_dir_all(default_dir).unwrap();
     let prog = c_program("limits");
     let script = format!(
@@ -123,7 +125,7 @@ fn env_less_process_in_a_container_finds_the_default_region() {
     assert_passed(&out);
     // Outside the namespace there is no region at the default path: the
     // same env-less process is not limited.
-    assert!(!Path::new(vgpu::config::DEFAULT_CACHE).exists());
+    assert!(!Path::new(vgpu_core::config::DEFAULT_CACHE).exists());
     let v = view(&s, None, &[]);
     assert_eq!(num(&v, "cuda.0.total_mem"), physical_total());
 }

@@ -3,7 +3,7 @@
 //! the structs), so the loom model runs them over a small in-memory region
 //! and the real code over the mapped file.
 //!
-//! Why admission is exact (DESIGN.md section 4): a racer adds its request to
+//! Why admission is exact (docs/design.md section 5): a racer adds its request to
 //! its own slot's total first, then issues a SeqCst fence, then sums every
 //! slot's total. Fences are totally ordered; take the admitted reservation
 //! whose fence came last: every other admitted racer added before its own
@@ -19,7 +19,9 @@
 //! is held by admitted reservations) and it would have retried — so some
 //! racer wins unless one exhausts its attempts.
 
-use crate::layout::{RawHeader, RawSlot, RawSlotDevice, MAX_DEVICES, NS_TABLE_LEN};
+use crate::layout::{
+    RawHeader, RawPacing, RawSlot, RawSlotDevice, RawSlotPacing, MAX_DEVICES, NS_TABLE_LEN,
+};
 use crate::sync::{
     fence, AtomicU32, AtomicU64,
     Ordering::{Relaxed, SeqCst},
@@ -90,6 +92,10 @@ pub struct View<'a> {
     pub totals: &'a [AtomicU64],
     /// All slots.
     pub slots: &'a [RawSlot],
+    /// The container's pacing state, one per device (`MAX_DEVICES`).
+    pub pacing: &'a [RawPacing],
+    /// Each slot's pacing record (same length as `slots`).
+    pub slot_pacing: &'a [RawSlotPacing],
 }
 
 impl View<'_> {
@@ -186,6 +192,9 @@ pub fn clear_slot<E: Env>(v: &View<'_>, idx: usize, env: &E) {
     }
     for p in s.phases.iter().chain(s.fallbacks.iter()) {
         zero64(p);
+    }
+    if let Some(p) = v.slot_pacing.get(idx) {
+        crate::pacing::clear_slot_pacing(p, ndev);
     }
 }
 

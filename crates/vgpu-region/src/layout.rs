@@ -3,7 +3,9 @@
 //!
 //! File = header (`HEADER_SIZE`) | owner table (one u64 owner word per
 //! slot, padded to a page) | totals table (one u64 admission total per
-//! device and slot, device-major, padded to a page) | slots. Owner words
+//! device and slot, device-major, padded to a page) | slots | pacing
+//! section (the SM limiter's state: one container bucket per device, then
+//! one pacing record per slot; see the end of this file). Owner words
 //! sit together so a claimer scans a few cache lines of one page, and the
 //! totals of one device sit together so an admission sum over 256 slots
 //! reads 32 cache lines, not 256.
@@ -16,12 +18,12 @@
 //! each `SLOT_SIZE` bytes and 64-byte (cache-line) aligned. Offsets and
 //! sizes are pinned by the const assertions at the bottom of this file.
 
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::{AtomicI64, AtomicU32, AtomicU64};
 
 /// First 8 bytes of every region file (stored as a native u64).
 pub const MAGIC: [u8; 8] = *b"VGPUREG\0";
 /// Layout version; bumped on any change of the structs below.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// `0x0102_0304` written in native order; reads back swapped on a machine
 /// of the other byte order.
 pub const ENDIAN_MARK: u32 = 0x0102_0304;
@@ -94,8 +96,12 @@ pub struct RawHeader {
     pub slot_high_water: AtomicU32,
     /// Bumped on every live limit change (readers may cache limits).
     pub limits_generation: AtomicU32,
+    /// `size_of::<RawPacing>()` (layout version 3).
+    pub pacing_size: AtomicU32,
+    /// `size_of::<RawSlotPacing>()` (layout version 3).
+    pub slot_pacing_size: AtomicU32,
     /// Reserved, zero.
-    pub _reserved: [AtomicU64; 8],
+    pub _reserved: [AtomicU64; 7],
     /// PID-namespace inodes of slot owners; a slot's owner word stores the
     /// index into this table (claimed by compare-exchange, never freed).
     pub ns_table: [AtomicU64; NS_TABLE_LEN],
@@ -205,9 +211,21 @@ pub const fn slots_offset(slots: u32) -> u64 {
     totals_offset(slots) + totals_len(slots)
 }
 
+/// Offset of the pacing section: the container buckets
+/// (`MAX_DEVICES` × `RawPacing`), after the slots, page-aligned.
+pub const fn pacing_offset(slots: u32) -> u64 {
+    (slots_offset(slots) + slots as u64 * SLOT_SIZE as u64).div_ceil(4096) * 4096
+}
+
+/// Offset of the per-slot pacing records (`slots` × `RawSlotPacing`), after
+/// the container buckets, page-aligned.
+pub const fn slot_pacing_offset(slots: u32) -> u64 {
+    pacing_offset(slots) + (MAX_DEVICES as u64 * PACING_SIZE as u64).div_ceil(4096) * 4096
+}
+
 /// Total file length for `slots` slots.
 pub const fn file_len(slots: u32) -> u64 {
-    slots_offset(slots) + slots as u64 * SLOT_SIZE as u64
+    slot_pacing_offset(slots) + slots as u64 * SLOT_PACING_SIZE as u64
 }
 
 const fn fnv1a(mut h: u64, v: u64) -> u64 {
@@ -224,8 +242,18 @@ const fn fnv1a(mut h: u64, v: u64) -> u64 {
 /// disagree on the layout disagree on this.
 pub const fn layout_hash() -> u64 {
     use std::mem::{offset_of, size_of};
-    let parts: [usize; 25] = [
+    let parts: [usize; 33] = [
         VERSION as usize,
+        // Pacing section after the slots (version 3): buckets, then one
+        // record per slot, each page-aligned.
+        0x0003_9ace_0001,
+        size_of::<RawPacing>(),
+        offset_of!(RawPacing, refill_at_ns),
+        offset_of!(RawPacing, util_ppm),
+        offset_of!(RawPacing, sampler_lease),
+        size_of::<RawSlotPacing>(),
+        offset_of!(RawSlotPacing, devices),
+        size_of::<RawSlotPacingDevice>(),
         // Owner table, then device-major totals table, between header and
         // slots (8-byte words, each page-padded).
         0x0417_0008_0002,
@@ -282,6 +310,8 @@ const _: () = {
     assert!(offset_of!(RawHeader, created_unix_ns) == 56);
     assert!(offset_of!(RawHeader, slot_high_water) == 64);
     assert!(offset_of!(RawHeader, limits_generation) == 68);
+    assert!(offset_of!(RawHeader, pacing_size) == 72);
+    assert!(offset_of!(RawHeader, slot_pacing_size) == 76);
     assert!(offset_of!(RawHeader, ns_table) == 136);
     assert!(offset_of!(RawHeader, devices) == 704);
     assert!(size_of::<RawHeader>() == 2752);
@@ -307,6 +337,124 @@ const _: () = {
     assert!(size_of::<RawSlot>() == 1280);
     assert!(align_of::<RawSlot>() == 64);
     assert!(HEADER_SIZE.is_multiple_of(align_of::<RawSlot>()));
+};
+
+// ---- Pacing section (layout version 3): the SM limiter's shared state ----
+//
+// Own structs in their own part of the file, so the limiter's cells never
+// share a cache line with admission counters. Written by the interposer's
+// launch gate and its background sampler (`crate::pacing` holds every
+// algorithm over these cells); read by `vgpu inspect` and the monitor.
+// Limits are never taken from here: `share_ppm` and `mode` are copies for
+// display, written by whichever process refilled or sampled last.
+
+/// One container's pacing state for one device: the token bucket every
+/// process of the container draws from (GPU-time nanoseconds), and the
+/// container's measured utilization (always filled, limited or not).
+#[repr(C, align(64))]
+pub struct RawPacing {
+    /// Tokens (GPU-ns the container may still start), an i64: charged
+    /// below zero by launches whose cost exceeds what is left (debt).
+    pub credit_ns: AtomicI64,
+    /// CLOCK_MONOTONIC ns up to which time has been credited: a refiller
+    /// claims the interval since then by compare-exchange, so every
+    /// instant is credited once, whichever process refills.
+    pub refill_at_ns: AtomicU64,
+    /// GPU-ns charged so far (estimates plus corrections), cumulative.
+    pub charged_ns: AtomicU64,
+    /// GPU-ns measured so far by the container's markers, cumulative.
+    pub measured_ns: AtomicU64,
+    /// Launches that had to wait at the gate, cumulative.
+    pub waits: AtomicU64,
+    /// Share the last refiller used, ppm of the device's time (display).
+    pub share_ppm: AtomicU32,
+    /// `LimiterMode` code of the last refiller (display).
+    pub mode: AtomicU32,
+    /// Measurement correction (truth / markers), ppm; 0 = none yet (1.0).
+    pub correction_ppm: AtomicU32,
+    /// Reserved, zero.
+    pub _pad0: AtomicU32,
+    /// Reserved, zero.
+    pub _reserved0: AtomicU64,
+    /// The container's utilization of the device over the last window, ppm.
+    pub util_ppm: AtomicU32,
+    /// `UtilSource` code: what `util_ppm` was measured with.
+    pub util_source: AtomicU32,
+    /// CLOCK_MONOTONIC ns of that sample (0 = never).
+    pub util_at_ns: AtomicU64,
+    /// Length of the window it covers, ns.
+    pub util_window_ns: AtomicU64,
+    /// The sampler lease: (slot index + 1) << 44 | expiry in CLOCK_MONOTONIC
+    /// ms; one process per container samples NVML for every device.
+    pub sampler_lease: AtomicU64,
+    /// Reserved, zero.
+    pub _reserved1: [AtomicU64; 4],
+}
+
+/// One process's pacing record (one per slot, same index).
+#[repr(C, align(64))]
+pub struct RawSlotPacing {
+    /// `LimiterState` code (active, degraded-identity, disabled, ...).
+    pub state: AtomicU32,
+    /// `DegradedReason` code while degraded (0 = none).
+    pub reason: AtomicU32,
+    /// CLOCK_MONOTONIC ns of the last state change.
+    pub state_since_ns: AtomicU64,
+    /// Reserved, zero.
+    pub _reserved: [AtomicU64; 6],
+    /// Per-device counters.
+    pub devices: [RawSlotPacingDevice; MAX_DEVICES],
+}
+
+/// One process's pacing counters for one device.
+#[repr(C)]
+pub struct RawSlotPacingDevice {
+    /// GPU-ns measured by this process's markers, cumulative (the sampler
+    /// joins it with NVML's per-process time to correct the markers).
+    pub measured_ns: AtomicU64,
+    /// Launches that went through the gate, cumulative.
+    pub launches: AtomicU64,
+    /// Time spent waiting at the gate, ns, cumulative.
+    pub waited_ns: AtomicU64,
+    /// The current per-launch estimate, GPU-ns.
+    pub estimate_ns: AtomicU64,
+}
+
+/// Size of one container bucket.
+pub const PACING_SIZE: usize = std::mem::size_of::<RawPacing>();
+/// Size of one slot's pacing record.
+pub const SLOT_PACING_SIZE: usize = std::mem::size_of::<RawSlotPacing>();
+
+#[cfg(not(loom))]
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<RawPacing>() == 128);
+    assert!(align_of::<RawPacing>() == 64);
+    assert!(offset_of!(RawPacing, credit_ns) == 0);
+    assert!(offset_of!(RawPacing, refill_at_ns) == 8);
+    assert!(offset_of!(RawPacing, charged_ns) == 16);
+    assert!(offset_of!(RawPacing, measured_ns) == 24);
+    assert!(offset_of!(RawPacing, waits) == 32);
+    assert!(offset_of!(RawPacing, share_ppm) == 40);
+    assert!(offset_of!(RawPacing, mode) == 44);
+    assert!(offset_of!(RawPacing, correction_ppm) == 48);
+    // The sampler's cells start the second cache line: launches hammer the
+    // first, the sampler writes the second a few times a second.
+    assert!(offset_of!(RawPacing, util_ppm) == 64);
+    assert!(offset_of!(RawPacing, util_source) == 68);
+    assert!(offset_of!(RawPacing, util_at_ns) == 72);
+    assert!(offset_of!(RawPacing, util_window_ns) == 80);
+    assert!(offset_of!(RawPacing, sampler_lease) == 88);
+    assert!(size_of::<RawSlotPacingDevice>() == 32);
+    assert!(size_of::<RawSlotPacing>() == 576);
+    assert!(align_of::<RawSlotPacing>() == 64);
+    assert!(offset_of!(RawSlotPacing, state) == 0);
+    assert!(offset_of!(RawSlotPacing, reason) == 4);
+    assert!(offset_of!(RawSlotPacing, state_since_ns) == 8);
+    assert!(offset_of!(RawSlotPacing, devices) == 64);
+    assert!(pacing_offset(1024).is_multiple_of(4096));
+    assert!(slot_pacing_offset(1024).is_multiple_of(4096));
+    assert!(slot_pacing_offset(1024) == pacing_offset(1024) + 4096);
 };
 
 /// What a header says, once it has been checked.
@@ -409,7 +557,7 @@ fn rd_u64(b: &[u8], off: usize) -> u64 {
 }
 
 /// Minimum bytes `parse_header` needs to decide.
-pub const PARSE_MIN: usize = 72;
+pub const PARSE_MIN: usize = 80;
 
 /// Checks a header given its first bytes and the file's length. Pure: used
 /// by `open`, the fuzz target and the tests. Never panics.
@@ -443,11 +591,17 @@ pub fn parse_header(bytes: &[u8], file_len_actual: u64) -> Result<HeaderInfo, Fo
     if state != STATE_READY {
         return Err(FormatError::NotInitialized { state });
     }
-    let checks: [(&'static str, u64, u64); 5] = [
+    let checks: [(&'static str, u64, u64); 7] = [
         ("header_size", rd_u32(bytes, 16) as u64, HEADER_SIZE as u64),
         ("device_size", rd_u32(bytes, 20) as u64, DEVICE_SIZE as u64),
         ("slot_size", rd_u32(bytes, 24) as u64, SLOT_SIZE as u64),
         ("max_devices", rd_u32(bytes, 36) as u64, MAX_DEVICES as u64),
+        ("pacing_size", rd_u32(bytes, 72) as u64, PACING_SIZE as u64),
+        (
+            "slot_pacing_size",
+            rd_u32(bytes, 76) as u64,
+            SLOT_PACING_SIZE as u64,
+        ),
         ("layout_hash", rd_u64(bytes, 40), layout_hash()),
     ];
     for (what, found, expected) in checks {

@@ -1,5 +1,5 @@
 //! vgpu's shared region: the tiny multiprocess database every process of a
-//! container maps (DESIGN.md section 4, docs/region.md).
+//! container maps (docs/design.md section 5, docs/region.md).
 //!
 //! - One `#[repr(C)]` format ([`layout`]), self-describing and refused
 //!   with a specific [`FormatError`] when foreign, truncated, of another
@@ -30,6 +30,7 @@ pub mod layout;
 pub mod limits;
 #[cfg(not(loom))]
 mod open;
+pub mod pacing;
 #[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
@@ -50,15 +51,22 @@ pub use region::{
     SlotOwner, SlotRef, Unusable, DEFAULT_LOCK_WAIT, NO_TMPFILE_ENV, REGION_MODE,
 };
 #[cfg(not(loom))]
-pub use snapshot::{DeviceSnapshot, IdentitySnapshot, SlotDeviceSnapshot, SlotSnapshot, Snapshot};
-pub use telemetry::{Fallback, IdentityState, IdentityTier, Limits, Phase, RunStatus, Usage};
+pub use snapshot::{
+    DeviceSnapshot, IdentitySnapshot, PacingSnapshot, SlotDeviceSnapshot, SlotLimiterDevice,
+    SlotLimiterSnapshot, SlotSnapshot, Snapshot,
+};
+pub use telemetry::{
+    DegradedReason, Fallback, IdentityState, IdentityTier, LimiterState, Limits, Phase, RunStatus,
+    Usage, UtilSource,
+};
 pub use units::SizeError;
 
 /// Loom's view of the algorithms: fresh in-memory regions to run them on.
 #[cfg(loom)]
 pub mod model {
     pub use crate::core::*;
-    pub use crate::layout::{RawHeader, RawSlot};
+    pub use crate::layout::{RawHeader, RawPacing, RawSlot, RawSlotPacing};
+    pub use crate::pacing::{lease_holder, release_lease, try_lease, Bounds, Bucket};
 
     /// An in-memory region of `n` slots (all atomics zero).
     pub struct Mem {
@@ -70,6 +78,10 @@ pub mod model {
         pub totals: Vec<crate::sync::AtomicU64>,
         /// Slots.
         pub slots: Vec<RawSlot>,
+        /// Pacing cells (one per device).
+        pub pacing: Vec<crate::layout::RawPacing>,
+        /// Slot pacing records.
+        pub slot_pacing: Vec<crate::layout::RawSlotPacing>,
     }
 
     fn zeroed_header() -> RawHeader {
@@ -92,6 +104,8 @@ pub mod model {
             created_unix_ns: z64(),
             slot_high_water: z32(),
             limits_generation: z32(),
+            pacing_size: z32(),
+            slot_pacing_size: z32(),
             _reserved: std::array::from_fn(|_| z64()),
             ns_table: std::array::from_fn(|_| z64()),
             devices: std::array::from_fn(|_| crate::layout::RawDevice {
@@ -151,6 +165,12 @@ pub mod model {
                     .map(|_| crate::sync::AtomicU64::new(0))
                     .collect(),
                 slots: (0..n).map(|_| zeroed_slot()).collect(),
+                pacing: (0..crate::layout::MAX_DEVICES)
+                    .map(|_| crate::pacing::zeroed_pacing())
+                    .collect(),
+                slot_pacing: (0..n)
+                    .map(|_| crate::pacing::zeroed_slot_pacing())
+                    .collect(),
             }
         }
 
@@ -161,6 +181,8 @@ pub mod model {
                 owners: &self.owners,
                 totals: &self.totals,
                 slots: &self.slots,
+                pacing: &self.pacing,
+                slot_pacing: &self.slot_pacing,
             }
         }
     }

@@ -787,6 +787,8 @@ impl Region {
         h.slot_count.store(slots, Relaxed);
         h.device_count.store(opts.devices.len() as u32, Relaxed);
         h.max_devices.store(MAX_DEVICES as u32, Relaxed);
+        h.pacing_size.store(PACING_SIZE as u32, Relaxed);
+        h.slot_pacing_size.store(SLOT_PACING_SIZE as u32, Relaxed);
         h.layout_hash.store(layout_hash(), Relaxed);
         h.creator_pid.store(
             rustix::process::getpid().as_raw_nonzero().get() as u32,
@@ -1310,6 +1312,25 @@ impl Region {
     /// so writers never wait.
     pub fn snapshot(&self) -> Snapshot {
         snapshot::take(self)
+    }
+
+    /// The container's pacing bucket on `dev` (the SM limiter's shared
+    /// state); `None` on a read-only mapping or for a device out of range.
+    pub fn bucket(&self, dev: u32) -> Option<crate::pacing::Bucket<'_>> {
+        let d = core::check_dev(dev, self.device_count).ok()?;
+        self.writable
+            .then(|| crate::pacing::Bucket::new(&self.view().pacing[d]))
+    }
+
+    /// The pacing record of `slot` (its setters do nothing on a read-only
+    /// mapping or for a slot out of range).
+    pub fn slot_pacing(&self, slot: SlotId) -> crate::pacing::SlotPacing<'_> {
+        let raw = self
+            .view()
+            .slot_pacing
+            .get(slot.0 as usize)
+            .filter(|_| self.writable);
+        crate::pacing::SlotPacing::new(raw, self.device_count)
     }
 
     /// Telemetry access to a slot.

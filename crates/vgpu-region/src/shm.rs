@@ -3,7 +3,8 @@
 
 use crate::core::View;
 use crate::layout::{
-    file_len, slots_offset, totals_offset, RawHeader, RawSlot, HEADER_SIZE, MAX_DEVICES,
+    file_len, pacing_offset, slot_pacing_offset, slots_offset, totals_offset, RawHeader, RawPacing,
+    RawSlot, RawSlotPacing, HEADER_SIZE, MAX_DEVICES,
 };
 use crate::sync::AtomicU64;
 use memmap2::MmapRaw;
@@ -33,7 +34,9 @@ pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
     // RawHeader and RawSlot), `file_len(slots)` bytes long or more
     // (asserted above): header, then `slots` owner words at HEADER_SIZE,
     // then MAX_DEVICES * `slots` totals at `totals_offset`, then `slots`
-    // slots at `slots_offset` (page multiples), none overlapping. It lives as long as the `&MmapRaw` borrow the returned
+    // slots at `slots_offset`, then MAX_DEVICES pacing cells at
+    // `pacing_offset` and `slots` pacing records at `slot_pacing_offset`
+    // (page multiples, 64-byte aligned structs), none overlapping. It lives as long as the `&MmapRaw` borrow the returned
     // references carry. Every field is an atomic integer (or an array of
     // them): any bit pattern is a valid value and concurrent writes by
     // other processes go through atomic operations, so shared references
@@ -51,6 +54,14 @@ pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
             ),
             slots: std::slice::from_raw_parts(
                 base.add(slots_offset(slots) as usize) as *const RawSlot,
+                slots as usize,
+            ),
+            pacing: std::slice::from_raw_parts(
+                base.add(pacing_offset(slots) as usize) as *const RawPacing,
+                MAX_DEVICES,
+            ),
+            slot_pacing: std::slice::from_raw_parts(
+                base.add(slot_pacing_offset(slots) as usize) as *const RawSlotPacing,
                 slots as usize,
             ),
         }

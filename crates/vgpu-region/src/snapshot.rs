@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::core::{self, decode};
-use crate::layout::HeaderInfo;
+use crate::layout::{HeaderInfo, RawPacing, RawSlotPacing};
 use crate::region::Region;
 use crate::sync::Ordering::SeqCst;
 use crate::telemetry::*;
@@ -45,6 +45,67 @@ pub struct DeviceSnapshot {
     pub module: u64,
     /// Data bytes.
     pub data: u64,
+    /// The SM limiter's container bucket and utilization.
+    pub pacing: PacingSnapshot,
+}
+
+/// A container bucket (layout version 3's pacing section).
+#[derive(Clone, Debug, Serialize)]
+pub struct PacingSnapshot {
+    /// Credit, GPU-ns (negative: debt).
+    pub credit_ns: i64,
+    /// CLOCK_MONOTONIC ns of the last refill (0 = never paced).
+    pub refill_at_ns: u64,
+    /// GPU-ns charged, cumulative.
+    pub charged_ns: u64,
+    /// GPU-ns measured by markers, cumulative.
+    pub measured_ns: u64,
+    /// Launches that waited, cumulative.
+    pub waits: u64,
+    /// Share the last refiller paced with, ppm.
+    pub share_ppm: u32,
+    /// Limiter state of the last refiller (name or "code N").
+    pub mode: String,
+    /// Measurement correction, ppm (0 = none yet).
+    pub correction_ppm: u32,
+    /// Container utilization, ppm of the device's time.
+    pub util_ppm: u32,
+    /// What measured it (name or "code N").
+    pub util_source: String,
+    /// When, CLOCK_MONOTONIC ns (0 = never).
+    pub util_at_ns: u64,
+    /// Over what window, ns.
+    pub util_window_ns: u64,
+    /// Slot holding the sampler lease, and its expiry (CLOCK_MONOTONIC ms).
+    pub sampler: Option<(u32, u64)>,
+}
+
+/// A slot's limiter record.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlotLimiterSnapshot {
+    /// State name (or "code N").
+    pub state: String,
+    /// Degraded reason name (or "code N").
+    pub reason: String,
+    /// CLOCK_MONOTONIC ns of the last state change.
+    pub since_ns: u64,
+    /// Per-device counters (configured devices).
+    pub devices: Vec<SlotLimiterDevice>,
+}
+
+/// A slot's limiter counters on one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlotLimiterDevice {
+    /// Device index.
+    pub index: u32,
+    /// GPU-ns measured by this process's markers.
+    pub measured_ns: u64,
+    /// Launches through the gate.
+    pub launches: u64,
+    /// Time waited at the gate, ns.
+    pub waited_ns: u64,
+    /// Current per-launch estimate, GPU-ns.
+    pub estimate_ns: u64,
 }
 
 /// One claimed slot.
@@ -74,6 +135,8 @@ pub struct SlotSnapshot {
     pub fallbacks: Vec<(&'static str, u64)>,
     /// Per-device usage (configured devices).
     pub devices: Vec<SlotDeviceSnapshot>,
+    /// The SM limiter's record.
+    pub limiter: SlotLimiterSnapshot,
 }
 
 /// Identity cells of a slot.
@@ -112,6 +175,69 @@ fn name_or_code<T>(
     f(code).map_or_else(|| format!("code {code}"), |v| name(v).to_owned())
 }
 
+fn pacing_of(p: &RawPacing) -> PacingSnapshot {
+    PacingSnapshot {
+        credit_ns: p.credit_ns.load(SeqCst),
+        refill_at_ns: p.refill_at_ns.load(SeqCst),
+        charged_ns: p.charged_ns.load(SeqCst),
+        measured_ns: p.measured_ns.load(SeqCst),
+        waits: p.waits.load(SeqCst),
+        share_ppm: p.share_ppm.load(SeqCst),
+        mode: name_or_code(
+            p.mode.load(SeqCst),
+            LimiterState::from_code,
+            LimiterState::name,
+        ),
+        correction_ppm: p.correction_ppm.load(SeqCst),
+        util_ppm: p.util_ppm.load(SeqCst),
+        util_source: name_or_code(
+            p.util_source.load(SeqCst),
+            UtilSource::from_code,
+            UtilSource::name,
+        ),
+        util_at_ns: p.util_at_ns.load(SeqCst),
+        util_window_ns: p.util_window_ns.load(SeqCst),
+        sampler: crate::pacing::lease_holder(p.sampler_lease.load(SeqCst)),
+    }
+}
+
+fn limiter_of(p: Option<&RawSlotPacing>, ndev: u32) -> SlotLimiterSnapshot {
+    let Some(p) = p else {
+        return SlotLimiterSnapshot {
+            state: LimiterState::NotStarted.name().into(),
+            reason: DegradedReason::None.name().into(),
+            since_ns: 0,
+            devices: Vec::new(),
+        };
+    };
+    SlotLimiterSnapshot {
+        state: name_or_code(
+            p.state.load(SeqCst),
+            LimiterState::from_code,
+            LimiterState::name,
+        ),
+        reason: name_or_code(
+            p.reason.load(SeqCst),
+            DegradedReason::from_code,
+            DegradedReason::name,
+        ),
+        since_ns: p.state_since_ns.load(SeqCst),
+        devices: p
+            .devices
+            .iter()
+            .take(ndev as usize)
+            .enumerate()
+            .map(|(i, d)| SlotLimiterDevice {
+                index: i as u32,
+                measured_ns: d.measured_ns.load(SeqCst),
+                launches: d.launches.load(SeqCst),
+                waited_ns: d.waited_ns.load(SeqCst),
+                estimate_ns: d.estimate_ns.load(SeqCst),
+            })
+            .collect(),
+    }
+}
+
 pub(crate) fn take(r: &Region) -> Snapshot {
     let v = r.view();
     let ndev = r.device_count();
@@ -124,6 +250,7 @@ pub(crate) fn take(r: &Region) -> Snapshot {
             context: 0,
             module: 0,
             data: 0,
+            pacing: pacing_of(&v.pacing[d as usize]),
         })
         .collect();
     let mut slots = Vec::new();
@@ -202,6 +329,7 @@ pub(crate) fn take(r: &Region) -> Snapshot {
             phases,
             fallbacks,
             devices: sdev,
+            limiter: limiter_of(v.slot_pacing.get(i), ndev),
         });
     }
     Snapshot {

@@ -2,9 +2,9 @@
 //! (`RUSTFLAGS="--cfg loom"`) run the very algorithms the shared file uses.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 /// Give other racers a chance to run (admission back-off).
 pub(crate) fn yield_now() {

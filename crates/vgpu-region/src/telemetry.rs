@@ -52,7 +52,7 @@ coded!(
 );
 
 coded!(
-    /// Which host-PID tier produced `host_pid` (DESIGN.md section 5).
+    /// Which host-PID tier produced `host_pid` (docs/design.md section 6).
     IdentityTier {
         /// None yet.
         None = 0,
@@ -115,6 +115,65 @@ coded!(
         Suspended = 2,
         /// Asked to resume.
         ResumeRequested = 3,
+    }
+);
+
+coded!(
+    /// Where a process's SM limiter stands (per slot; the container bucket
+    /// shows the last writer's). docs/limiter.md describes each.
+    LimiterState {
+        /// Not decided yet (no launch seen, or no limiter in this build).
+        NotStarted = 0,
+        /// No SM limit applies: launches pass; utilization is still measured.
+        Unlimited = 1,
+        /// Paced, with the full measurement (markers corrected by NVML's
+        /// per-process time).
+        Active = 2,
+        /// Paced, host PID unknown: markers only (a wider band, never above
+        /// the limit by more than the band); identity is retried.
+        DegradedIdentity = 3,
+        /// Paced without markers (the driver refused events): charged by
+        /// estimate and host time, a wider band.
+        DegradedTiming = 4,
+        /// `policy disable`: not paced, utilization still measured.
+        Disabled = 5,
+        /// Suspended (`vgpu suspend`): new launches wait, queries answer.
+        Suspended = 6,
+        /// Paced below its limit because a busy high-priority container
+        /// holds this low-priority one.
+        Held = 7,
+    }
+);
+
+coded!(
+    /// Why a limiter is degraded (0 = it is not).
+    DegradedReason {
+        /// Not degraded.
+        None = 0,
+        /// Identity has not resolved yet (retrying).
+        IdentityPending = 1,
+        /// Every identity tier failed so far (retrying with backoff).
+        IdentityFailed = 2,
+        /// The driver refused to create or record events.
+        NoEvents = 3,
+        /// NVML is unavailable or refused per-process samples.
+        NvmlUnavailable = 4,
+    }
+);
+
+coded!(
+    /// What a container's utilization figure was measured with.
+    UtilSource {
+        /// Never measured.
+        None = 0,
+        /// NVML per-process samples of the container's host PIDs (the
+        /// device's own accounting).
+        NvmlProcess = 1,
+        /// The container's stream markers (host PIDs unknown).
+        Markers = 2,
+        /// NVML's device-wide utilization: an upper bound (host PIDs
+        /// unknown and nothing paced).
+        DeviceBound = 3,
     }
 );
 

@@ -1,4 +1,4 @@
-//! Size and percent parsing shared by the env contract (DESIGN.md section 3)
+//! Size and percent parsing shared by the env contract (docs/design.md section 4)
 //! and the CLI.
 
 /// A size or percent that does not parse. The message names the value.

@@ -63,11 +63,19 @@ fn layout_is_pinned() {
     assert_eq!(HEADER_SIZE, 4096);
     assert_eq!(SLOT_SIZE, 1280);
     assert_eq!(DEVICE_SIZE, 128);
-    // header | owners (page-padded) | totals (16 devices, page-padded) | slots
-    assert_eq!(file_len(1024), 4096 + 8192 + 16 * 8192 + 1024 * 1280);
-    assert_eq!(file_len(4), 4096 + 4096 + 4096 + 4 * 1280);
+    assert_eq!(PACING_SIZE, 128);
+    assert_eq!(SLOT_PACING_SIZE, 576);
+    // header | owners (page-padded) | totals (16 devices, page-padded) |
+    // slots | pacing: 16 container buckets (a page), then one record per
+    // slot (each part page-aligned).
+    assert_eq!(pacing_offset(1024), 4096 + 8192 + 16 * 8192 + 1024 * 1280);
+    assert_eq!(slot_pacing_offset(1024), pacing_offset(1024) + 4096);
+    assert_eq!(file_len(1024), slot_pacing_offset(1024) + 1024 * 576);
     assert_eq!(totals_offset(4), 8192);
     assert_eq!(slots_offset(4), 12288);
+    assert_eq!(pacing_offset(4), 12288 + 8192);
+    assert_eq!(slot_pacing_offset(4), 12288 + 8192 + 4096);
+    assert_eq!(file_len(4), 12288 + 8192 + 4096 + 4 * 576);
     assert_eq!(MAGIC, *b"VGPUREG\0");
     // A created file carries exactly these values at these offsets.
     let b = valid_bytes();
@@ -83,6 +91,8 @@ fn layout_is_pinned() {
     );
     assert_eq!(u32::from_ne_bytes(b[24..28].try_into().unwrap()), 1280);
     assert_eq!(u32::from_ne_bytes(b[28..32].try_into().unwrap()), 4);
+    assert_eq!(u32::from_ne_bytes(b[72..76].try_into().unwrap()), 128);
+    assert_eq!(u32::from_ne_bytes(b[76..80].try_into().unwrap()), 576);
     assert_eq!(
         u64::from_ne_bytes(b[40..48].try_into().unwrap()),
         layout_hash()
@@ -133,9 +143,14 @@ fn other_versions_are_refused() {
         patched(|b| put_u32(b, 8, 1)),
         FormatError::OtherVersion { found: 1 }
     );
+    // Version 2: the layout before the pacing section.
     assert_eq!(
-        patched(|b| put_u32(b, 8, 3)),
-        FormatError::OtherVersion { found: 3 }
+        patched(|b| put_u32(b, 8, 2)),
+        FormatError::OtherVersion { found: 2 }
+    );
+    assert_eq!(
+        patched(|b| put_u32(b, 8, 4)),
+        FormatError::OtherVersion { found: 4 }
     );
 }
 
@@ -158,6 +173,16 @@ fn other_layouts_are_refused() {
             expected,
         } => {
             assert_eq!((what, found, expected), ("slot_size", 1024, 1280));
+        }
+        e => panic!("{e}"),
+    }
+    match patched(|b| put_u32(b, 76, 512)) {
+        FormatError::OtherLayout {
+            what,
+            found,
+            expected,
+        } => {
+            assert_eq!((what, found, expected), ("slot_pacing_size", 512, 576));
         }
         e => panic!("{e}"),
     }

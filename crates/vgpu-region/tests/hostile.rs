@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Region, RegionError, Unusable};
@@ -26,16 +26,6 @@ fn opts(slots: u32, mem: u64) -> CreateOptions {
     }
 }
 
-/// Runs `f` on another thread and fails if it blocks for `secs`.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("opening blocked")
-}
-
 fn cause<T>(r: Result<T, RegionError>) -> Unusable {
     match r {
         Ok(_) => panic!("accepted"),
@@ -43,36 +33,25 @@ fn cause<T>(r: Result<T, RegionError>) -> Unusable {
     }
 }
 
-/// The three ways of opening, each with its cause.
+/// The three ways of opening, each with its cause (none may block).
 fn every_open(p: &Path) -> [Unusable; 3] {
     let p1 = p.to_owned();
     let p2 = p.to_owned();
     let p3 = p.to_owned();
     [
-        within(20, move || cause(Region::open(&p1))),
-        within(20, move || {
+        common::within(20, move || cause(Region::open(&p1))),
+        common::within(20, move || {
             cause(Region::open_or_create(&p2, &opts(4, 0)).map(|x| x.0))
         }),
-        within(20, move || cause(Region::open_read_only(&p3))),
+        common::within(20, move || cause(Region::open_read_only(&p3))),
     ]
-}
-
-fn mkfifo(p: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        p,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o666),
-        0,
-    )
-    .unwrap();
 }
 
 #[test]
 fn a_fifo_at_the_path_blocks_no_opener_and_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("region.cache");
-    mkfifo(&p);
+    common::mkfifo(&p);
     assert_eq!(every_open(&p), [Unusable::NotRegularFile; 3]);
     assert!(std::os::unix::fs::FileTypeExt::is_fifo(
         &std::fs::symlink_metadata(&p).unwrap().file_type()
@@ -391,7 +370,7 @@ fn every_unusable_cause_is_distinct_and_typed() {
         Unusable::NamespaceTableFull,
     );
     let fifo = dir.path().join("fifo");
-    mkfifo(&fifo);
+    common::mkfifo(&fifo);
     check("fifo", Region::open(&fifo), Unusable::NotRegularFile);
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&good, &link).unwrap();

@@ -6,36 +6,12 @@ mod common;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use proptest::prelude::*;
 use vgpu_region::limits::*;
 
 const TEXT: &str =
     "vgpu-limits 1\ndevice GPU-a memory=1073741824 sm=30\ndevice * memory=2147483648\n";
-
-/// Runs `f` on another thread; fails the test if it has not returned in
-/// `secs` (a read that blocks on a FIFO would otherwise hang the run).
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("the call blocked (did it open a FIFO without O_NONBLOCK?)")
-}
-
-fn mkfifo(p: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        p,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o666),
-        0,
-    )
-    .unwrap();
-}
 
 #[test]
 fn reads_a_regular_file() {
@@ -85,9 +61,9 @@ fn never_follows_a_symlink() {
 fn a_fifo_or_directory_is_refused_without_blocking() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo");
-    mkfifo(&fifo);
+    common::mkfifo(&fifo);
     let f = fifo.clone();
-    let r = within(20, move || read_limits_file(&f));
+    let r = common::within(20, move || read_limits_file(&f));
     assert!(
         matches!(&r, Err(LimitsError::NotRegularFile { kind: "FIFO", .. })),
         "{r:?}"
@@ -95,7 +71,7 @@ fn a_fifo_or_directory_is_refused_without_blocking() {
     assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
     let d = dir.path().to_owned();
     assert!(matches!(
-        within(20, move || read_limits_file(&d)),
+        common::within(20, move || read_limits_file(&d)),
         Err(LimitsError::NotRegularFile {
             kind: "directory",
             ..
@@ -103,7 +79,7 @@ fn a_fifo_or_directory_is_refused_without_blocking() {
     ));
     // A character device that never ends: refused before any read.
     assert!(matches!(
-        within(20, || read_limits_file(Path::new("/dev/zero"))),
+        common::within(20, || read_limits_file(Path::new("/dev/zero"))),
         Err(LimitsError::NotRegularFile { .. })
     ));
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use vgpu_cuda_abi::CUresult;
+use vgpu_sim::backing::Backing;
 use vgpu_sim::clock::{now_ns, spend};
 use vgpu_sim::{log, CtxCost, Machine, MachineError};
 
@@ -20,24 +21,34 @@ pub const GRANULARITY: u64 = 2 << 20;
 pub const CU_STREAM_LEGACY: u64 = 0x1;
 pub const CU_STREAM_PER_THREAD: u64 = 0x2;
 
-// Handle tags (top 16 bits) so handles of one kind are never taken for
-// another's.
-pub const T_CTX: u64 = 0xc7c7;
-pub const T_STREAM: u64 = 0x5757;
-pub const T_EVENT: u64 = 0xe7e7;
-pub const T_MODULE: u64 = 0x3d3d;
-pub const T_FUNC: u64 = 0xf0f0;
-pub const T_POOL: u64 = 0x9090;
-pub const T_GRAPH: u64 = 0x6a6a;
-pub const T_NODE: u64 = 0x6b6b;
-pub const T_EXEC: u64 = 0x6c6c;
-pub const T_ARRAY: u64 = 0xa4a4;
-pub const T_MIPMAP: u64 = 0xa5a5;
-pub const T_VMM: u64 = 0x7171;
+// Handle kinds. A handle is a pointer-like value a real driver could hand
+// out: a 16-byte-aligned user-space address (top bit clear, so bindings
+// that keep handles as signed 64-bit integers take them), with the kind in
+// bits 40..44 so that one kind is never taken for another.
+pub const T_CTX: u64 = 1;
+pub const T_STREAM: u64 = 2;
+pub const T_EVENT: u64 = 3;
+pub const T_MODULE: u64 = 4;
+pub const T_FUNC: u64 = 5;
+pub const T_POOL: u64 = 6;
+pub const T_GRAPH: u64 = 7;
+pub const T_NODE: u64 = 8;
+pub const T_EXEC: u64 = 9;
+pub const T_ARRAY: u64 = 10;
+pub const T_MIPMAP: u64 = 11;
+pub const T_VMM: u64 = 12;
+pub const T_LINK: u64 = 13;
+/// Handles live in `[HANDLE_BASE, HANDLE_BASE + 2^44)`.
+pub const HANDLE_BASE: u64 = 0x5000_0000_0000;
+
+/// The kind of a handle this driver made (None: not one of ours).
+pub fn handle_kind(h: u64) -> Option<u64> {
+    (h & !((1 << 44) - 1) == HANDLE_BASE && h.is_multiple_of(16)).then_some((h >> 40) & 0xf)
+}
 
 /// Device addresses (64-bit API) start here; v1 (32-bit) ones low.
-const VA_BASE: u64 = 0x7f00_0000_0000 - (1 << 44);
-const VA32_BASE: u64 = 0x1000_0000;
+pub(crate) const VA_BASE: u64 = 0x7f00_0000_0000 - (1 << 44);
+pub(crate) const VA32_BASE: u64 = 0x1000_0000;
 const VA32_END: u64 = 0xffff_0000;
 
 #[derive(Clone, Debug)]
@@ -65,6 +76,11 @@ pub struct Event {
     /// Once recorded: the launch it waits for (0: none) and, once known,
     /// when that completed.
     pub mark: Option<(u64, Option<u64>)>,
+    /// Exported (`cuIpcGetEventHandle`): its records are published.
+    pub ipc: Option<(u32, u32)>,
+    /// Opened from another process (`cuIpcOpenEventHandle`): it happens
+    /// when that process's event does.
+    pub remote: Option<(u32, u32)>,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +98,9 @@ pub enum AllocKind {
     Managed(Arc<memmap2::MmapRaw>),
     /// From a pool; host-located pools back it with host memory.
     Pool(u64, Option<Arc<memmap2::MmapRaw>>),
+    /// Another process's memory opened by `cuIpcOpenMemHandle`: charged to
+    /// its owner, not here.
+    Ipc,
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +111,11 @@ pub struct Alloc {
     /// What the device is charged (pools round up).
     pub charged: u64,
     pub kind: AllocKind,
+    /// Where its bytes live when not in this process's device memory (IPC:
+    /// the exporter's backing and the offset of this allocation in it).
+    pub backing: Option<(Arc<Backing>, u64)>,
+    /// The IPC export (token, nonce), once `cuIpcGetMemHandle` made one.
+    pub ipc: Option<(u32, u32)>,
 }
 
 /// A stream-ordered memory pool. `reserved` is what the device is charged
@@ -134,6 +158,8 @@ pub struct Vmm {
     pub size: u64,
     pub maps: u32,
     pub released: bool,
+    /// Its bytes, made at the first data access through a mapping.
+    pub backing: Option<Arc<Backing>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -142,6 +168,23 @@ pub struct KernelNode {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub param_ns: Option<u64>,
+}
+
+/// One node of a graph.
+#[derive(Clone, Copy, Debug)]
+pub enum GraphNode {
+    Kernel(KernelNode),
+    /// Stream-ordered allocation (`cuGraphAddMemAllocNode`): its address is
+    /// fixed at creation; the memory is made (and charged) at launch.
+    MemAlloc {
+        dptr: u64,
+        size: u64,
+        dev: usize,
+    },
+    /// `cuGraphAddMemFreeNode`: frees a graph allocation at launch.
+    MemFree {
+        dptr: u64,
+    },
 }
 
 #[derive(Default)]
@@ -154,8 +197,8 @@ pub struct Primary {
 #[derive(Default)]
 pub struct Inner {
     next_id: u64,
-    next_va: u64,
-    next_va32: u64,
+    pub(crate) next_va: u64,
+    pub(crate) next_va32: u64,
     pub ctxs: HashMap<u64, Ctx>,
     pub streams: HashMap<u64, Stream>,
     pub events: HashMap<u64, Event>,
@@ -169,19 +212,44 @@ pub struct Inner {
     pub current_pools: HashMap<usize, u64>,
     pub vmm: HashMap<u64, Vmm>,
     pub reservations: BTreeMap<u64, u64>,
-    /// Mapped ranges: start -> (size, vmm handle).
-    pub mappings: BTreeMap<u64, (u64, u64)>,
+    /// Mapped ranges: start -> (size, vmm handle, offset in the handle).
+    pub mappings: BTreeMap<u64, (u64, u64, u64)>,
     pub arrays: HashMap<u64, (usize, u64, u64)>,
-    pub graphs: HashMap<u64, Vec<KernelNode>>,
+    pub graphs: HashMap<u64, Vec<GraphNode>>,
     pub nodes: HashMap<u64, u64>,
-    pub execs: HashMap<u64, Vec<KernelNode>>,
+    pub execs: HashMap<u64, Vec<GraphNode>>,
+    /// Graph node handle -> (graph, index of the node in it).
+    pub node_index: HashMap<u64, (u64, usize)>,
+    /// Modules whose kernels could not be read: any name resolves.
+    pub open_modules: std::collections::HashSet<u64>,
+    /// Graph allocations live now, per device: (current, high) bytes.
+    pub graph_mem: HashMap<usize, (u64, u64)>,
+    /// Live graph allocations: address -> (device, size).
+    pub graph_live: HashMap<u64, (usize, u64)>,
+    /// Per-context limits set by `cuCtxSetLimit`, cache configs, and
+    /// peer access granted by `cuCtxEnablePeerAccess`.
+    pub limits: HashMap<(u64, u32), u64>,
+    pub cache_config: HashMap<u64, u32>,
+    pub peers: std::collections::HashSet<(u64, u64)>,
+    /// Function attributes set by `cuFuncSetAttribute`.
+    pub func_attrs: HashMap<(u64, u32), i32>,
+    /// Link states: inputs' kernels so far, and the output once complete.
+    pub links: HashMap<u64, crate::query::Link>,
     pub primaries: Vec<Primary>,
+    /// This process's device memory: one sparse backing over the whole
+    /// device address range (made at the first data access), so touched
+    /// allocations cost pages, not a descriptor each.
+    pub dev_mem: Option<Arc<Backing>>,
+    /// Last work of each thread's per-thread default stream, per context
+    /// (by thread id: no TLS, see `CtxStack`).
+    pub pt_streams: HashMap<(i32, u64), u64>,
 }
 
 impl Inner {
-    pub fn id(&mut self, tag: u64) -> u64 {
+    pub fn id(&mut self, kind: u64) -> u64 {
         self.next_id += 1;
-        (tag << 48) | (self.next_id << 4)
+        // 2^36 handles before the counter would reach the kind bits.
+        HANDLE_BASE | (kind << 40) | ((self.next_id & ((1 << 36) - 1)) << 4)
     }
 
     /// A fresh device address range of `size` bytes aligned to `align`.
@@ -190,7 +258,7 @@ impl Inner {
         let (cur, end) = if v1 {
             (&mut self.next_va32, VA32_END)
         } else {
-            (&mut self.next_va, u64::MAX / 2)
+            (&mut self.next_va, crate::data::VA_END)
         };
         if *cur == 0 {
             *cur = if v1 { VA32_BASE } else { VA_BASE };
@@ -226,11 +294,28 @@ pub struct Driver {
 static DRIVER: OnceLock<Arc<Driver>> = OnceLock::new();
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 
+/// How deep one thread's context stack may grow (`cuCtxPushCurrent`).
+pub const CTX_STACK_DEPTH: usize = 256;
+
+/// One thread's context stack (top = current). Plain data with no
+/// destructor, so it stays readable while the thread's TLS is torn down:
+/// C++ runtimes release primary contexts from thread-local destructors and
+/// `atexit` handlers, and those calls must not find the stack gone.
+#[derive(Clone, Copy)]
+struct CtxStack {
+    len: usize,
+    items: [u64; CTX_STACK_DEPTH],
+}
+
 thread_local! {
-    /// This thread's context stack (top = current).
-    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-    /// Last work of this thread's per-thread default stream, per context.
-    static PT_STREAM: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::new());
+    static CTX_STACK: RefCell<CtxStack> =
+        const { RefCell::new(CtxStack { len: 0, items: [0; CTX_STACK_DEPTH] }) };
+}
+
+/// The calling thread's id, without TLS (usable during TLS teardown).
+fn thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -257,14 +342,7 @@ pub fn machine_err(e: MachineError) -> CUresult {
 }
 
 pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }
 
 /// `cuInit`.
@@ -323,30 +401,65 @@ pub fn drv() -> R<&'static Driver> {
 }
 
 pub fn current_ctx() -> Option<u64> {
-    CTX_STACK.with(|s| s.borrow().last().copied())
+    CTX_STACK.with(|s| {
+        let s = s.borrow();
+        s.len.checked_sub(1).map(|i| s.items[i])
+    })
 }
 
 pub fn set_current(ctx: Option<u64>) {
     CTX_STACK.with(|s| {
         let mut s = s.borrow_mut();
         match ctx {
-            Some(c) => match s.last_mut() {
-                Some(top) => *top = c,
-                None => s.push(c),
-            },
-            None => {
-                s.pop();
+            Some(c) if s.len == 0 => {
+                s.items[0] = c;
+                s.len = 1;
             }
+            Some(c) => {
+                let top = s.len - 1;
+                s.items[top] = c;
+            }
+            None => s.len = s.len.saturating_sub(1),
         }
     })
 }
 
-pub fn push_current(ctx: u64) {
-    CTX_STACK.with(|s| s.borrow_mut().push(ctx));
+/// Push `ctx` on this thread's stack; a full stack is an error.
+pub fn push_current(ctx: u64) -> R {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len == CTX_STACK_DEPTH {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let n = s.len;
+        s.items[n] = ctx;
+        s.len += 1;
+        Ok(())
+    })
 }
 
 pub fn pop_current() -> Option<u64> {
-    CTX_STACK.with(|s| s.borrow_mut().pop())
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        s.len = s.len.checked_sub(1)?;
+        Some(s.items[s.len])
+    })
+}
+
+/// Drop `ctx` wherever it sits in this thread's stack.
+fn forget_current(ctx: u64) {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        let n = s.len;
+        let mut kept = 0;
+        for i in 0..n {
+            if s.items[i] != ctx {
+                s.items[kept] = s.items[i];
+                kept += 1;
+            }
+        }
+        s.len = kept;
+    })
 }
 
 impl Driver {
@@ -405,7 +518,10 @@ impl Driver {
         );
         drop(g);
         self.m.count_context(dev, 1);
-        push_current(id);
+        if let Err(e) = push_current(id) {
+            self.teardown(&mut self.lock(), id);
+            return Err(e);
+        }
         Ok(id)
     }
 
@@ -420,7 +536,8 @@ impl Driver {
             .collect();
         for p in dead {
             if let Some(a) = g.allocs.remove(&p) {
-                self.free_alloc(g, &a);
+                self.free_alloc(g, p, &a);
+                crate::query::forget_graph_alloc(g, p);
             }
         }
         let dead: Vec<u64> = g
@@ -438,8 +555,9 @@ impl Driver {
         self.release_pools_locked(g);
         g.streams.retain(|_, s| s.ctx != ctx);
         self.m.count_context(c.dev, -1);
+        g.pt_streams.retain(|(_, c), _| *c != ctx);
         // Other threads may still name it; their calls fail as invalid.
-        CTX_STACK.with(|s| s.borrow_mut().retain(|x| *x != ctx));
+        forget_current(ctx);
     }
 
     pub fn ctx_destroy(&self, ctx: u64) -> R {
@@ -595,6 +713,8 @@ impl Driver {
                 size,
                 charged: size,
                 kind: AllocKind::Device,
+                backing: None,
+                ipc: None,
             },
         );
         Ok(p)
@@ -617,6 +737,8 @@ impl Driver {
                 size,
                 charged: size,
                 kind: AllocKind::Managed(Arc::new(map)),
+                backing: None,
+                ipc: None,
             },
         );
         Ok(p as u64)
@@ -624,7 +746,11 @@ impl Driver {
 
     /// Returns an allocation's memory: to the device, or to its pool (which
     /// keeps it reserved until released).
-    fn free_alloc(&self, g: &mut Inner, a: &Alloc) {
+    fn free_alloc(&self, g: &mut Inner, p: u64, a: &Alloc) {
+        if let Some((token, nonce)) = a.ipc {
+            self.m.ipc_forget(token, nonce);
+        }
+        crate::data::release_bytes(g, p, a);
         let AllocKind::Pool(pool, _) = &a.kind else {
             // Managed memory is unmapped as the last `Arc` drops.
             self.m.unreserve(a.dev, a.charged);
@@ -680,7 +806,8 @@ impl Driver {
             .allocs
             .remove(&p)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        self.free_alloc(&mut g, &a);
+        self.free_alloc(&mut g, p, &a);
+        crate::query::forget_graph_alloc(&mut g, p);
         drop(g);
         if matches!(a.kind, AllocKind::Pool(..)) {
             // cuMemFree of a stream-ordered allocation synchronizes first.
@@ -995,6 +1122,8 @@ impl Driver {
                 size,
                 charged,
                 kind: AllocKind::Pool(pool, backing),
+                backing: None,
+                ipc: None,
             },
         );
         Ok(p)
@@ -1008,7 +1137,7 @@ impl Driver {
             Some(_) | None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
         if let Some(a) = g.allocs.remove(&p) {
-            self.free_alloc(&mut g, &a);
+            self.free_alloc(&mut g, p, &a);
         }
         Ok(())
     }
@@ -1032,6 +1161,7 @@ impl Driver {
                 size,
                 maps: 0,
                 released: false,
+                backing: None,
             },
         );
         Ok(id)
@@ -1100,11 +1230,11 @@ impl Driver {
             .mappings
             .range(..p + size)
             .next_back()
-            .is_some_and(|(s, (l, _))| s + l > p);
+            .is_some_and(|(s, (l, _, _))| s + l > p);
         if clash {
             return Err(CUresult::CUDA_ERROR_ALREADY_MAPPED);
         }
-        g.mappings.insert(p, (size, h));
+        g.mappings.insert(p, (size, h, offset));
         if let Some(v) = g.vmm.get_mut(&h) {
             v.maps += 1;
         }
@@ -1122,7 +1252,7 @@ impl Driver {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         for k in hit {
-            if let Some((_, h)) = g.mappings.remove(&k) {
+            if let Some((_, h, _)) = g.mappings.remove(&k) {
                 if let Some(v) = g.vmm.get_mut(&h) {
                     v.maps = v.maps.saturating_sub(1);
                     if v.released && v.maps == 0 {
@@ -1149,7 +1279,7 @@ impl Driver {
         let mapped: u64 = g
             .mappings
             .range(p..p.saturating_add(size))
-            .map(|(_, (l, _))| *l)
+            .map(|(_, (l, _, _))| *l)
             .sum();
         if mapped < size {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -1172,7 +1302,7 @@ impl Driver {
     }
 
     pub fn array_destroy(&self, h: u64, tag: u64) -> R {
-        if h >> 48 != tag {
+        if handle_kind(h) != Some(tag) {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
         let (dev, size, _) = self
@@ -1189,6 +1319,16 @@ impl Driver {
     pub fn module_load(&self, image: &str) -> R<u64> {
         self.ctx()?;
         let kernels = parse_image(image).ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
+        let open = kernels.iter().any(|k| k.name == "*");
+        let m = self.module_of(kernels.into_iter().filter(|k| k.name != "*").collect())?;
+        if open {
+            self.lock().open_modules.insert(m);
+        }
+        Ok(m)
+    }
+
+    /// A module offering `kernels`.
+    pub fn module_of(&self, kernels: Vec<Kernel>) -> R<u64> {
         let mut g = self.lock();
         let mut fids = Vec::new();
         for k in kernels {
@@ -1219,10 +1359,33 @@ impl Driver {
             .modules
             .get(&m)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        fids.iter()
+        if let Some(f) = fids
+            .iter()
             .copied()
             .find(|f| g.funcs.get(f).is_some_and(|k| k.name == name))
-            .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
+        {
+            return Ok(f);
+        }
+        if !g.open_modules.contains(&m) {
+            return Err(CUresult::CUDA_ERROR_NOT_FOUND);
+        }
+        // An open module (contents unreadable): every kernel it is asked
+        // for takes the image per-block time.
+        drop(g);
+        let block = self.m.header().image_block_ns;
+        let mut g = self.lock();
+        let f = g.id(T_FUNC);
+        g.funcs.insert(
+            f,
+            Kernel {
+                name: name.to_string(),
+                block_ns: Some(block),
+            },
+        );
+        if let Some(v) = g.modules.get_mut(&m) {
+            v.push(f);
+        }
+        Ok(f)
     }
 
     /// Per-block time of `f` given its first parameter (if the kernel
@@ -1282,7 +1445,7 @@ impl Driver {
     pub fn stream_seq(&self, ctx: u64, stream: u64, per_thread: bool) -> R<u64> {
         let g = self.lock();
         if per_thread {
-            return Ok(PT_STREAM.with(|m| m.borrow().get(&ctx).copied().unwrap_or(0)));
+            return Ok(g.pt_streams.get(&(thread_id(), ctx)).copied().unwrap_or(0));
         }
         if stream == 0 || stream == CU_STREAM_LEGACY {
             return Ok(g.ctxs.get(&ctx).map(|c| c.default_seq).unwrap_or(0));
@@ -1302,11 +1465,8 @@ impl Driver {
             }
         }
         if per_thread {
-            PT_STREAM.with(|m| {
-                let mut m = m.borrow_mut();
-                let e = m.entry(ctx).or_insert(0);
-                *e = (*e).max(end);
-            });
+            let e = g.pt_streams.entry((thread_id(), ctx)).or_insert(0);
+            *e = (*e).max(end);
         } else if let Some(s) = g.streams.get_mut(&stream) {
             s.last_seq = s.last_seq.max(end);
         }
@@ -1365,14 +1525,20 @@ impl Driver {
 
     pub fn stream_wait_event(&self, s: u64, e: u64, per_thread: bool) -> R {
         let (ctx, _) = self.stream_ctx(s)?;
-        let seq = self
-            .lock()
-            .events
-            .get(&e)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
-            .mark
-            .map(|m| m.0)
-            .unwrap_or(0);
+        let (mark, remote) = {
+            let g = self.lock();
+            let ev = g
+                .events
+                .get(&e)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            (ev.mark, ev.remote)
+        };
+        if let Some((t, n)) = remote {
+            // Another process's work cannot join this one's queue: wait
+            // for it here, so everything queued afterwards follows it.
+            return self.m.ipc_event_wait(t, n).map_err(machine_err);
+        }
+        let seq = mark.map(|m| m.0).unwrap_or(0);
         // The process's queue already runs launches in order; the stream
         // only has to remember what its synchronization now covers.
         let pt = per_thread && s == 0 || s == CU_STREAM_PER_THREAD;
@@ -1387,7 +1553,15 @@ impl Driver {
         self.ctx()?;
         let mut g = self.lock();
         let id = g.id(T_EVENT);
-        g.events.insert(id, Event { flags, mark: None });
+        g.events.insert(
+            id,
+            Event {
+                flags,
+                mark: None,
+                ipc: None,
+                remote: None,
+            },
+        );
         Ok(id)
     }
 
@@ -1400,8 +1574,26 @@ impl Driver {
             .events
             .get_mut(&e)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        if ev.remote.is_some() {
+            // An opened IPC event is only waited on here.
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
         ev.mark = Some((if at.is_some() { 0 } else { seq }, at));
+        if let Some((t, n)) = ev.ipc {
+            drop(g);
+            // Importers wait for what this record waits for.
+            self.m.ipc_event_mark(t, n, seq).map_err(machine_err)?;
+        }
         Ok(())
+    }
+
+    fn event_remote(&self, e: u64) -> R<Option<(u32, u32)>> {
+        Ok(self
+            .lock()
+            .events
+            .get(&e)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
+            .remote)
     }
 
     fn event_mark(&self, e: u64) -> R<Option<(u64, Option<u64>)>> {
@@ -1414,6 +1606,9 @@ impl Driver {
     }
 
     pub fn event_synchronize(&self, e: u64) -> R {
+        if let Some((t, n)) = self.event_remote(e)? {
+            return self.m.ipc_event_wait(t, n).map_err(machine_err);
+        }
         if let Some((seq, _)) = self.event_mark(e)? {
             self.m.wait(seq).map_err(machine_err)?;
         }
@@ -1422,6 +1617,13 @@ impl Driver {
     }
 
     pub fn event_query(&self, e: u64) -> R {
+        if let Some((t, n)) = self.event_remote(e)? {
+            return if self.m.ipc_event_done(t, n) {
+                Ok(())
+            } else {
+                Err(CUresult::CUDA_ERROR_NOT_READY)
+            };
+        }
         match self.event_mark(e)? {
             Some((seq, _)) if !self.m.done(seq) => Err(CUresult::CUDA_ERROR_NOT_READY),
             _ => Ok(()),
@@ -1494,10 +1696,18 @@ impl Driver {
         if deps.iter().any(|d| g.nodes.get(d) != Some(&graph)) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        Ok(Self::add_node(&mut g, graph, GraphNode::Kernel(node)))
+    }
+
+    /// Append `node` to `graph` (checked by the caller) and name it.
+    pub fn add_node(g: &mut Inner, graph: u64, node: GraphNode) -> u64 {
         let id = g.id(T_NODE);
-        g.graphs.get_mut(&graph).expect("present").push(node);
+        let nodes = g.graphs.entry(graph).or_default();
+        nodes.push(node);
+        let idx = nodes.len() - 1;
         g.nodes.insert(id, graph);
-        Ok(id)
+        g.node_index.insert(id, (graph, idx));
+        id
     }
 
     pub fn graph_instantiate(&self, graph: u64) -> R<u64> {
@@ -1520,7 +1730,11 @@ impl Driver {
             .cloned()
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         for n in nodes {
-            self.launch(&n, stream, per_thread, false)?;
+            match n {
+                GraphNode::Kernel(k) => self.launch(&k, stream, per_thread, false)?,
+                GraphNode::MemAlloc { dptr, size, dev } => self.graph_alloc(dptr, size, dev)?,
+                GraphNode::MemFree { dptr } => self.graph_free(dptr)?,
+            }
         }
         Ok(())
     }
@@ -1539,6 +1753,7 @@ impl Driver {
             .remove(&graph)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         g.nodes.retain(|_, gr| *gr != graph);
+        g.node_index.retain(|_, (gr, _)| *gr != graph);
         Ok(())
     }
 }

@@ -723,8 +723,8 @@ cu! {
         // SAFETY: out-pointer from the caller; null is rejected.
         unsafe { out(pctx, CUcontext(p(c))) }
     }
-    fn cuCtxPushCurrent(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)); Ok(()) }
-    fn cuCtxPushCurrent_v2(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)); Ok(()) }
+    fn cuCtxPushCurrent(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)) }
+    fn cuCtxPushCurrent_v2(ctx: CUcontext) { drv()?.ctx_of(h(ctx.0))?; driver::push_current(h(ctx.0)) }
     fn cuCtxPopCurrent(pctx: *mut CUcontext) {
         // SAFETY: optional out-pointer from the caller.
         unsafe { ctx_pop(pctx) }
@@ -1063,9 +1063,8 @@ cu! {
         if module.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        // SAFETY: a text image is NUL-terminated (docs/sim.md); null rejected.
-        let text = unsafe { cstr(image.cast()) }.map_err(|_| CUresult::CUDA_ERROR_INVALID_IMAGE)?;
-        let m = drv()?.module_load(text)?;
+        // SAFETY: an image in memory, per the C contract; null rejected.
+        let m = unsafe { query::load_image(image) }?;
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(module, CUmodule(p(m))) }
     }
@@ -1075,9 +1074,9 @@ cu! {
         }
         // SAFETY: NUL-terminated path from the caller; null rejected.
         let path = unsafe { cstr(fname) }?;
-        let d = drv()?;
-        let text = std::fs::read_to_string(path).map_err(|_| CUresult::CUDA_ERROR_FILE_NOT_FOUND)?;
-        let m = d.module_load(&text)?;
+        drv()?;
+        let bytes = query::read_image_file(path)?;
+        let m = query::load_image_bytes(&bytes)?;
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(module, CUmodule(p(m))) }
     }
@@ -1281,3 +1280,8 @@ unsafe fn cuGraphInstantiateWithFlags_impl(exec: *mut CUgraphExec, g: CUgraph, _
     // SAFETY: non-null out-pointer from the caller.
     unsafe { out(exec, CUgraphExec(p(id))) }
 }
+
+mod data;
+mod query;
+pub use data::*;
+pub use query::*;

@@ -11,9 +11,14 @@ pub type R<T = ()> = Result<T, nvmlReturn_t>;
 pub const DRIVER_VERSION: &str = "575.51.03";
 pub const CUDA_DRIVER_VERSION: i32 = 12090;
 
-/// Device handles are tagged indices: stable, comparable, and a bogus one
-/// is rejected rather than dereferenced.
-const HANDLE_TAG: u64 = 0x4e56_4d4c_0000_0000;
+/// Device handles point at this library's own per-device records, as a
+/// real NVML's do: stable, comparable, aligned user-space addresses. A
+/// bogus one is rejected by address, never dereferenced.
+#[repr(C, align(64))]
+struct DeviceSlot(u8);
+
+static DEVICE_SLOTS: [DeviceSlot; vgpu_sim::config::MAX_DEVICES] =
+    [const { DeviceSlot(0) }; vgpu_sim::config::MAX_DEVICES];
 
 struct Lib {
     refs: u32,
@@ -64,29 +69,22 @@ pub fn machine() -> R<Arc<Machine>> {
 }
 
 pub fn handle(dev: usize) -> u64 {
-    HANDLE_TAG | (dev as u64 + 1)
+    &DEVICE_SLOTS[dev] as *const DeviceSlot as u64
 }
 
 /// Handle -> (machine, device index).
 pub fn device(h: u64) -> R<(Arc<Machine>, usize)> {
     let m = machine()?;
-    if h & 0xffff_ffff_0000_0000 != HANDLE_TAG {
+    let base = handle(0);
+    let size = std::mem::size_of::<DeviceSlot>() as u64;
+    let off = h.wrapping_sub(base);
+    let i = (off / size) as usize;
+    if h < base || !off.is_multiple_of(size) || i >= m.device_count() {
         return Err(nvmlReturn_t::NVML_ERROR_INVALID_ARGUMENT);
     }
-    let i = (h & 0xffff_ffff) as usize;
-    if i == 0 || i > m.device_count() {
-        return Err(nvmlReturn_t::NVML_ERROR_INVALID_ARGUMENT);
-    }
-    Ok((m, i - 1))
+    Ok((m, i))
 }
 
 pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }

@@ -29,8 +29,67 @@ pub enum ConfigError {
         field: String,
         problem: String,
     },
+    #[error("sim config {path}: not a regular file ({kind}); give a small text file")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("sim config {path}: larger than {limit} bytes; a sim config is a few lines of TOML")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("sim config {path}: not UTF-8 text")]
+    NotText { path: PathBuf },
     #[error("unknown sim profile `{0}` (known: zero, a100-burst)")]
     UnknownProfile(String),
+}
+
+/// The most a config file may hold: it is a few lines of TOML.
+pub const MAX_CONFIG_BYTES: u64 = 64 * 1024;
+
+/// Read a config file: a regular file of at most [`MAX_CONFIG_BYTES`] of
+/// UTF-8. Opened without blocking, so a FIFO (or a device) at the path is
+/// refused at once instead of hanging or growing without bound.
+pub fn read_config_file(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let read_err = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(read_err)?;
+    let ft = file.metadata().map_err(read_err)?.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_dir() {
+            "a directory"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a plain file"
+        };
+        return Err(ConfigError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    let mut buf = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(read_err)?;
+    if buf.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
+    String::from_utf8(buf).map_err(|_| ConfigError::NotText {
+        path: path.to_path_buf(),
+    })
 }
 
 /// Driver cost model, all in nanoseconds. Zero means free.
@@ -89,7 +148,13 @@ pub struct KernelModel {
     pub nvml_window_ns: u64,
     /// Time slice of one context while others wait for the device.
     pub timeslice_ns: u64,
+    /// Per-block time of every kernel of a PTX, cubin or fatbin image
+    /// (such kernels run no code here; they only take time).
+    pub image_block_ns: u64,
 }
+
+/// Default per-block time of the kernels of PTX / cubin / fatbin images.
+pub const DEFAULT_IMAGE_BLOCK_NS: u64 = 10_000;
 
 impl Default for KernelModel {
     fn default() -> Self {
@@ -97,6 +162,7 @@ impl Default for KernelModel {
             queue_depth: 1024,
             nvml_window_ns: 1_000_000_000,
             timeslice_ns: 1_000_000,
+            image_block_ns: DEFAULT_IMAGE_BLOCK_NS,
         }
     }
 }
@@ -171,13 +237,7 @@ impl SimConfig {
         devices: Option<&str>,
     ) -> Result<SimConfig, ConfigError> {
         let text = match file {
-            Some(p) => Some((
-                std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                    path: p.to_path_buf(),
-                    source,
-                })?,
-                p.display().to_string(),
-            )),
+            Some(p) => Some((read_config_file(p)?, p.display().to_string())),
             None => None,
         };
         let mut cfg = match &text {
@@ -337,6 +397,10 @@ impl SimConfig {
                                 let us = positive_u32(v).map_err(|p| field(&name, p))?;
                                 cfg.kernel.timeslice_ns = u64::from(us) * 1000;
                             }
+                            "image_block_us" => {
+                                cfg.kernel.image_block_ns =
+                                    micros(v).map_err(|p| field(&name, p))?;
+                            }
                             "nvml_window_ms" => {
                                 let ms = positive_u32(v).map_err(|p| field(&name, p))?;
                                 if ms > 60_000 {
@@ -355,6 +419,105 @@ impl SimConfig {
             }
         }
         Ok(cfg)
+    }
+}
+
+/// One field on which two configurations differ: (name as in a config
+/// file, this side's value, the other side's).
+pub type Difference = (String, String, String);
+
+impl SimConfig {
+    /// Every field (named as in a config file) on which `self` and `other`
+    /// differ. The profile name itself is not compared: a profile is its
+    /// costs.
+    pub fn differences(&self, other: &SimConfig) -> Vec<Difference> {
+        let mut out = Vec::new();
+        let mut cmp = |name: &str, a: String, b: String| {
+            if a != b {
+                out.push((name.to_string(), a, b));
+            }
+        };
+        cmp(
+            "devices",
+            self.devices.to_string(),
+            other.devices.to_string(),
+        );
+        let (d, e) = (&self.device, &other.device);
+        cmp("device.name", d.name.clone(), e.name.clone());
+        cmp(
+            "device.memory",
+            d.memory_bytes.to_string(),
+            e.memory_bytes.to_string(),
+        );
+        cmp("device.sms", d.sms.to_string(), e.sms.to_string());
+        cmp(
+            "device.max_threads_per_sm",
+            d.max_threads_per_sm.to_string(),
+            e.max_threads_per_sm.to_string(),
+        );
+        cmp(
+            "device.compute_capability",
+            format!("{}.{}", d.cc_major, d.cc_minor),
+            format!("{}.{}", e.cc_major, e.cc_minor),
+        );
+        let us = |ns: u64| format!("{}", ns as f64 / 1000.0);
+        let (c, k) = (&self.cost, &other.cost);
+        for (name, a, b) in [
+            ("cost.init_us", c.init_ns, k.init_ns),
+            ("cost.ctx_create_us", c.ctx_create_ns, k.ctx_create_ns),
+            ("cost.ctx_destroy_us", c.ctx_destroy_ns, k.ctx_destroy_ns),
+            (
+                "cost.primary_retain_cold_us",
+                c.primary_retain_cold_ns,
+                k.primary_retain_cold_ns,
+            ),
+            (
+                "cost.primary_retain_nested_us",
+                c.primary_retain_nested_ns,
+                k.primary_retain_nested_ns,
+            ),
+            (
+                "cost.primary_release_us",
+                c.primary_release_ns,
+                k.primary_release_ns,
+            ),
+            (
+                "cost.nvml_snapshot_us",
+                c.nvml_snapshot_ns,
+                k.nvml_snapshot_ns,
+            ),
+        ] {
+            cmp(name, us(a), us(b));
+        }
+        cmp(
+            "cost.serialize_context_creation",
+            c.serialize_context_creation.to_string(),
+            k.serialize_context_creation.to_string(),
+        );
+        let (a, b) = (&self.kernel, &other.kernel);
+        cmp(
+            "kernel.queue_depth",
+            a.queue_depth.to_string(),
+            b.queue_depth.to_string(),
+        );
+        cmp(
+            "kernel.timeslice_us",
+            us(a.timeslice_ns),
+            us(b.timeslice_ns),
+        );
+        cmp(
+            "kernel.nvml_window_ms",
+            (a.nvml_window_ns / 1_000_000).to_string(),
+            (b.nvml_window_ns / 1_000_000).to_string(),
+        );
+        out
+    }
+
+    /// The named profile whose costs these are, if any.
+    pub fn matching_profile(&self) -> Option<&'static str> {
+        ["zero", "a100-burst"]
+            .into_iter()
+            .find(|p| profile(p).is_ok_and(|c| c == self.cost))
     }
 }
 
@@ -478,7 +641,7 @@ mod tests {
         let c = SimConfig::parse_toml(
             "profile = \"a100-burst\"\ndevices = 2\n[device]\nmemory = \"40GiB\"\nsms = 108\n\
              [cost]\nprimary_retain_cold_us = 1000\nserialize_context_creation = false\n\
-             [kernel]\nqueue_depth = 8\nnvml_window_ms = 200\n",
+             [kernel]\nqueue_depth = 8\nnvml_window_ms = 200\nimage_block_us = 2.5\n",
             "t",
             None,
         )
@@ -491,6 +654,8 @@ mod tests {
         assert!(!c.cost.serialize_context_creation);
         assert_eq!(c.kernel.queue_depth, 8);
         assert_eq!(c.kernel.nvml_window_ns, 200_000_000);
+        assert_eq!(c.kernel.image_block_ns, 2_500);
+        assert_eq!(SimConfig::default().kernel.image_block_ns, 10_000);
     }
 
     fn err(text: &str) -> String {
@@ -543,7 +708,7 @@ mod tests {
             key in proptest::sample::select(vec![
                 "cost.init_us", "cost.ctx_create_us", "cost.primary_release_us",
                 "cost.serialize_context_creation", "device.sms", "device.memory",
-                "kernel.queue_depth", "kernel.nvml_window_ms",
+                "kernel.queue_depth", "kernel.nvml_window_ms", "kernel.image_block_us",
             ]),
             bad in proptest::sample::select(vec!["\"x\"", "-5", "[1]", "{a = 1}", "1e30"]),
         ) {

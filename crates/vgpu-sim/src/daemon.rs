@@ -5,11 +5,28 @@
 //! request 8 bytes `"VSIM"`, u8 command (`R` register, `A` attach, `Q`
 //! quit), 3 zero bytes; response 16 bytes `"VSIM"`, u32 status (0 ok),
 //! u32 host pid, u32 record index (u32::MAX for attach), little-endian.
+//!
+//! IPC memory (what a kernel driver does for `cuIpcGetMemHandle`): the
+//! daemon holds the exporter's memory descriptor so that another process
+//! can map the same bytes. Requests are 24 bytes: the 8 above with command
+//! `X` (export; the descriptor rides along as `SCM_RIGHTS`), `O` (open) or
+//! `F` (forget), then u64 `a`, u64 `b`; replies are 24 bytes: `"VSIM"`,
+//! u32 status, u32 host pid, u32 `x`, u64 `y`. Export: `a` = size; reply
+//! `x` = token, `y` = nonce. Open: `a` = token, `b` = nonce; reply `y` =
+//! size and the descriptor as `SCM_RIGHTS`. Forget (the owner only): `a`,
+//! `b` as for open. An exporter's descriptors go when it dies.
+//!
+//! IPC events: `V` exports one (reply `x` = token, `y` = nonce), `M` marks
+//! it recorded (`a` = token << 32 | nonce, `b` = the owner's launch
+//! sequence number it waits for; the owner only), `W` asks what it waits
+//! for (`a` as for `M`; reply `x` = the owner's record, `y` = sequence
+//! number). An exporter's events go when it dies (`W` then answers
+//! `STATUS_GONE`: nothing left to wait for).
 //! The host PID comes from `SO_PEERCRED`, which the kernel translates into
 //! the daemon's PID namespace, so a client inside
 //! `unshare --pid --fork --mount-proc` is known by its host PID.
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -28,6 +45,20 @@ pub const MAGIC: &[u8; 4] = b"VSIM";
 pub const CMD_REGISTER: u8 = b'R';
 pub const CMD_ATTACH: u8 = b'A';
 pub const CMD_QUIT: u8 = b'Q';
+pub const CMD_IPC_EXPORT: u8 = b'X';
+pub const CMD_IPC_OPEN: u8 = b'O';
+pub const CMD_IPC_FORGET: u8 = b'F';
+pub const CMD_IPC_EVENT_EXPORT: u8 = b'V';
+pub const CMD_IPC_EVENT_MARK: u8 = b'M';
+pub const CMD_IPC_EVENT_WAIT: u8 = b'W';
+/// Length of a request with this command byte.
+pub fn request_len(cmd: u8) -> usize {
+    match cmd {
+        CMD_IPC_EXPORT | CMD_IPC_OPEN | CMD_IPC_FORGET | CMD_IPC_EVENT_EXPORT
+        | CMD_IPC_EVENT_MARK | CMD_IPC_EVENT_WAIT => 24,
+        _ => 8,
+    }
+}
 pub const STATUS_OK: u32 = 0;
 pub const STATUS_FULL: u32 = 1;
 pub const STATUS_DENIED: u32 = 2;
@@ -75,9 +106,28 @@ pub fn ctx_lock_path(dir: &Path) -> PathBuf {
 /// An accepted connection whose request has not fully arrived.
 struct Pending {
     conn: UnixStream,
-    buf: [u8; 8],
+    buf: [u8; 24],
     got: usize,
+    /// Bytes this request has (8 until its command byte arrived).
+    need: usize,
+    /// A descriptor that came with it (IPC export).
+    fd: Option<OwnedFd>,
     since: Instant,
+}
+
+/// An event one process exported: what its last record waits for.
+struct IpcEvent {
+    owner: usize,
+    nonce: u32,
+    seq: u64,
+}
+
+/// Memory one process exported for others to open.
+struct IpcEntry {
+    owner: usize,
+    nonce: u32,
+    size: u64,
+    fd: OwnedFd,
 }
 
 /// A bound daemon, ready to `serve`.
@@ -87,6 +137,10 @@ pub struct Daemon {
     listener: UnixListener,
     /// record index -> pidfd of its process.
     watched: HashMap<usize, OwnedFd>,
+    /// IPC token -> exported memory.
+    ipc: HashMap<u32, IpcEntry>,
+    events: HashMap<u32, IpcEvent>,
+    next_token: u32,
 }
 
 impl Daemon {
@@ -126,6 +180,9 @@ impl Daemon {
             state,
             listener,
             watched: HashMap::new(),
+            ipc: HashMap::new(),
+            events: HashMap::new(),
+            next_token: 0,
         })
     }
 
@@ -188,15 +245,17 @@ impl Daemon {
             let mut keep = Vec::with_capacity(pending.len());
             for (mut p, r) in pending.into_iter().zip(readable) {
                 if r {
-                    match p.conn.read(&mut p.buf[p.got..]) {
+                    match read_some(&mut p) {
                         Ok(0) => continue,
-                        Ok(n) => p.got += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Ok(_) => {}
+                        Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
                         Err(_) => continue,
                     }
-                    if p.got == p.buf.len() {
-                        quit |= self.handle(p.conn, p.buf);
+                    if p.need == 8 && p.got > 4 {
+                        p.need = request_len(p.buf[4]);
+                    }
+                    if p.got == p.need {
+                        quit |= self.handle(p.conn, p.buf, p.fd);
                         continue;
                     }
                 }
@@ -213,8 +272,10 @@ impl Daemon {
                             if conn.set_nonblocking(true).is_ok() {
                                 pending.push(Pending {
                                     conn,
-                                    buf: [0; 8],
+                                    buf: [0; 24],
                                     got: 0,
+                                    need: 8,
+                                    fd: None,
                                     since: Instant::now(),
                                 });
                             }
@@ -237,7 +298,7 @@ impl Daemon {
     }
 
     /// One complete request. Returns true on an accepted quit.
-    fn handle(&mut self, mut conn: UnixStream, req: [u8; 8]) -> bool {
+    fn handle(&mut self, mut conn: UnixStream, req: [u8; 24], fd: Option<OwnedFd>) -> bool {
         // The 16-byte reply fits an empty socket buffer; never block long.
         let _ = conn.set_nonblocking(false);
         let _ = conn.set_write_timeout(Some(Duration::from_millis(500)));
@@ -273,6 +334,20 @@ impl Daemon {
                 );
                 ok
             }
+            CMD_IPC_EXPORT | CMD_IPC_OPEN | CMD_IPC_FORGET | CMD_IPC_EVENT_EXPORT
+            | CMD_IPC_EVENT_MARK | CMD_IPC_EVENT_WAIT => {
+                let word =
+                    |i: usize| u64::from_le_bytes(req[i..i + 8].try_into().unwrap_or([0; 8]));
+                let (status, x, y, out_fd) = self.ipc(pid, req[4], word(8), word(16), fd);
+                let mut out = [0u8; 24];
+                out[..4].copy_from_slice(MAGIC);
+                out[4..8].copy_from_slice(&status.to_le_bytes());
+                out[8..12].copy_from_slice(&pid.to_le_bytes());
+                out[12..16].copy_from_slice(&x.to_le_bytes());
+                out[16..24].copy_from_slice(&y.to_le_bytes());
+                send_with_fd(&conn, &out, out_fd.as_ref());
+                false
+            }
             CMD_REGISTER => {
                 match self.register(pid) {
                     Ok(i) => {
@@ -290,6 +365,103 @@ impl Daemon {
             _ => {
                 reply(&mut conn, STATUS_BAD_REQUEST, u32::MAX);
                 false
+            }
+        }
+    }
+
+    /// The live record of host pid `pid`, if it registered.
+    fn record_of(&self, pid: u32) -> Option<usize> {
+        self.watched
+            .keys()
+            .copied()
+            .find(|i| self.state.proc_rec(*i).host_pid.load(Ordering::Acquire) == pid)
+    }
+
+    /// An IPC request: (status, x, y, descriptor to send back).
+    fn ipc(
+        &mut self,
+        pid: u32,
+        cmd: u8,
+        a: u64,
+        b: u64,
+        fd: Option<OwnedFd>,
+    ) -> (u32, u32, u64, Option<OwnedFd>) {
+        let refused = (STATUS_DENIED, 0, 0, None);
+        let (etoken, enonce) = ((a >> 32) as u32, a as u32);
+        match cmd {
+            CMD_IPC_EXPORT => {
+                let (Some(owner), Some(fd)) = (self.record_of(pid), fd) else {
+                    return (STATUS_BAD_REQUEST, 0, 0, None);
+                };
+                let (token, nonce) = self.fresh_token();
+                self.ipc.insert(
+                    token,
+                    IpcEntry {
+                        owner,
+                        nonce,
+                        size: a,
+                        fd,
+                    },
+                );
+                (STATUS_OK, token, u64::from(nonce), None)
+            }
+            CMD_IPC_EVENT_EXPORT => {
+                let Some(owner) = self.record_of(pid) else {
+                    return (STATUS_BAD_REQUEST, 0, 0, None);
+                };
+                let (token, nonce) = self.fresh_token();
+                self.events.insert(
+                    token,
+                    IpcEvent {
+                        owner,
+                        nonce,
+                        seq: 0,
+                    },
+                );
+                (STATUS_OK, token, u64::from(nonce), None)
+            }
+            CMD_IPC_EVENT_MARK => {
+                let owner = self.record_of(pid);
+                match self.events.get_mut(&etoken) {
+                    Some(e) if e.nonce == enonce && Some(e.owner) == owner => {
+                        e.seq = b;
+                        (STATUS_OK, 0, 0, None)
+                    }
+                    _ => refused,
+                }
+            }
+            CMD_IPC_EVENT_WAIT => match self.events.get(&etoken) {
+                Some(e) if e.nonce == enonce => (STATUS_OK, e.owner as u32, e.seq, None),
+                _ => (STATUS_GONE, 0, 0, None),
+            },
+            CMD_IPC_OPEN => match self.ipc.get(&(a as u32)) {
+                Some(e) if u64::from(e.nonce) == b => match e.fd.try_clone() {
+                    Ok(fd) => (STATUS_OK, 0, e.size, Some(fd)),
+                    Err(_) => (STATUS_GONE, 0, 0, None),
+                },
+                _ => (STATUS_GONE, 0, 0, None),
+            },
+            _ => {
+                let owner = self.record_of(pid);
+                match self.ipc.get(&(a as u32)) {
+                    Some(e) if u64::from(e.nonce) == b && Some(e.owner) == owner => {
+                        self.ipc.remove(&(a as u32));
+                        (STATUS_OK, 0, 0, None)
+                    }
+                    _ => refused,
+                }
+            }
+        }
+    }
+
+    /// A token no live export uses (never 0) and a nonce to go with it.
+    fn fresh_token(&mut self) -> (u32, u32) {
+        loop {
+            self.next_token = self.next_token.wrapping_add(1).max(1);
+            let t = self.next_token;
+            if !self.ipc.contains_key(&t) && !self.events.contains_key(&t) {
+                let nonce = (crate::clock::realtime_ns() as u32 ^ t.wrapping_mul(0x9e37_79b9)) | 1;
+                return (t, nonce);
             }
         }
     }
@@ -340,6 +512,8 @@ impl Daemon {
     /// as a kernel driver releases them at process teardown.
     fn release(&mut self, i: usize) {
         self.watched.remove(&i);
+        self.ipc.retain(|_, e| e.owner != i);
+        self.events.retain(|_, e| e.owner != i);
         let r = self.state.proc_rec(i);
         r.state.store(PROC_FREE, Ordering::SeqCst);
         for d in 0..r.mem.len() {
@@ -347,6 +521,52 @@ impl Daemon {
             r.contexts[d].store(0, Ordering::SeqCst);
         }
     }
+}
+
+/// Read what has arrived of a pending request (and any descriptor with it).
+fn read_some(p: &mut Pending) -> Result<usize, rustix::io::Errno> {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let need = p.need.max(p.got + 1).min(p.buf.len());
+    let mut iov = [std::io::IoSliceMut::new(&mut p.buf[p.got..need])];
+    let r = recvmsg(
+        &p.conn,
+        &mut iov,
+        &mut anc,
+        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+    )?;
+    for msg in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = msg {
+            for fd in fds {
+                // Only the first is kept; extras close here.
+                if p.fd.is_none() {
+                    p.fd = Some(fd);
+                }
+            }
+        }
+    }
+    p.got += r.bytes;
+    Ok(r.bytes)
+}
+
+/// Write a reply, with a descriptor as `SCM_RIGHTS` when given.
+fn send_with_fd(conn: &UnixStream, out: &[u8], fd: Option<&OwnedFd>) {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::os::fd::AsFd;
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds;
+    if let Some(f) = fd {
+        fds = [f.as_fd()];
+        anc.push(SendAncillaryMessage::ScmRights(&fds));
+    }
+    let _ = sendmsg(
+        conn,
+        &[std::io::IoSlice::new(out)],
+        &mut anc,
+        SendFlags::NOSIGNAL,
+    );
 }
 
 fn process_alive(pidfd: &OwnedFd) -> bool {

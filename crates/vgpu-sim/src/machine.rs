@@ -10,9 +10,13 @@ use std::sync::Mutex;
 
 use rustix::fs::{flock, FlockOperation};
 
+use crate::backing::Backing;
 use crate::client::{self, ClientError};
 use crate::clock::{now_ns, spend};
-use crate::daemon::{ctx_lock_path, state_path, CMD_ATTACH, CMD_REGISTER};
+use crate::daemon::{
+    ctx_lock_path, state_path, CMD_ATTACH, CMD_IPC_EVENT_EXPORT, CMD_IPC_EVENT_MARK,
+    CMD_IPC_EVENT_WAIT, CMD_IPC_EXPORT, CMD_IPC_FORGET, CMD_IPC_OPEN, CMD_REGISTER,
+};
 use crate::state::{DeviceRec, ProcRec, State, StateError, PROC_LIVE, QUEUE_LEN};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +37,10 @@ pub enum MachineError {
         requested: u64,
         free: u64,
     },
+    #[error("IPC handle refused by the simulated machine")]
+    Ipc(#[source] ClientError),
+    #[error("IPC memory received from the simulated machine is unusable")]
+    IpcBacking(#[source] crate::backing::BackingError),
     #[error("cannot take the context-creation lock {path}")]
     Lock {
         path: PathBuf,
@@ -177,15 +185,28 @@ impl Machine {
     pub fn reserve(&self, dev: usize, bytes: u64) -> Result<(), MachineError> {
         let cap = self.device(dev)?.memory_bytes;
         let r = self.rec()?;
-        r.mem[dev].fetch_add(bytes, Ordering::SeqCst);
+        let oom = |used: u64| MachineError::OutOfMemory {
+            device: dev,
+            requested: bytes,
+            free: cap.saturating_sub(used),
+        };
+        // More than the device holds can never fit; refusing it before it
+        // touches a counter keeps every counter representable (a
+        // `cuMemAlloc(SIZE_MAX)` must not wrap them).
+        if bytes > cap {
+            return Err(oom(self.state.used_bytes(dev)));
+        }
+        // Checked: the record never wraps, whatever was in it before.
+        if r.mem[dev]
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_add(bytes))
+            .is_err()
+        {
+            return Err(oom(self.state.used_bytes(dev)));
+        }
         let used = self.state.used_bytes(dev);
         if used > cap {
             r.mem[dev].fetch_sub(bytes, Ordering::SeqCst);
-            return Err(MachineError::OutOfMemory {
-                device: dev,
-                requested: bytes,
-                free: cap.saturating_sub(used - bytes),
-            });
+            return Err(oom(used.saturating_sub(bytes)));
         }
         Ok(())
     }
@@ -432,6 +453,98 @@ impl Machine {
             .filter(|(_, b)| *b > 0)
             .map(|(pid, b)| (pid, ((b.min(span) * 100 + span / 2) / span) as u32, stamp))
             .collect()
+    }
+
+    /// Hand `backing` to the daemon so other processes can open it:
+    /// (token, nonce) for the IPC handle.
+    pub fn ipc_export(&self, backing: &Backing) -> Result<(u32, u32), MachineError> {
+        let (token, nonce, _) = client::ipc_request(
+            &self.dir,
+            CMD_IPC_EXPORT,
+            backing.size(),
+            0,
+            Some(backing.fd()),
+        )
+        .map_err(MachineError::Ipc)?;
+        Ok((token, nonce as u32))
+    }
+
+    /// The memory another process exported.
+    pub fn ipc_open(&self, token: u32, nonce: u32) -> Result<Backing, MachineError> {
+        let (_, size, fd) = client::ipc_request(
+            &self.dir,
+            CMD_IPC_OPEN,
+            u64::from(token),
+            u64::from(nonce),
+            None,
+        )
+        .map_err(MachineError::Ipc)?;
+        let fd = fd.ok_or(MachineError::Ipc(ClientError::BadReply {
+            path: crate::daemon::sock_path(&self.dir),
+        }))?;
+        Backing::from_fd(fd, size).map_err(MachineError::IpcBacking)
+    }
+
+    /// The exporter freed the memory: no new opens.
+    pub fn ipc_forget(&self, token: u32, nonce: u32) {
+        let _ = client::ipc_request(
+            &self.dir,
+            CMD_IPC_FORGET,
+            u64::from(token),
+            u64::from(nonce),
+            None,
+        );
+    }
+
+    /// Export an event: (token, nonce).
+    pub fn ipc_event_export(&self) -> Result<(u32, u32), MachineError> {
+        let (t, n, _) = client::ipc_request(&self.dir, CMD_IPC_EVENT_EXPORT, 0, 0, None)
+            .map_err(MachineError::Ipc)?;
+        Ok((t, n as u32))
+    }
+
+    /// An exported event was recorded: it waits for launch `seq` of ours.
+    pub fn ipc_event_mark(&self, token: u32, nonce: u32, seq: u64) -> Result<(), MachineError> {
+        let a = (u64::from(token) << 32) | u64::from(nonce);
+        client::ipc_request(&self.dir, CMD_IPC_EVENT_MARK, a, seq, None)
+            .map_err(MachineError::Ipc)?;
+        Ok(())
+    }
+
+    /// Has another process's exported event happened? (Its owner gone:
+    /// yes, nothing of it is left to wait for.)
+    pub fn ipc_event_done(&self, token: u32, nonce: u32) -> bool {
+        let a = (u64::from(token) << 32) | u64::from(nonce);
+        match client::ipc_request(&self.dir, CMD_IPC_EVENT_WAIT, a, 0, None) {
+            Ok((rec, seq, _)) => {
+                let r = self
+                    .state
+                    .proc_rec((rec as usize).min(crate::state::MAX_PROCS - 1));
+                r.state.load(Ordering::Acquire) != PROC_LIVE
+                    || r.q_done.load(Ordering::Acquire) >= seq
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Block until another process's exported event has happened.
+    pub fn ipc_event_wait(&self, token: u32, nonce: u32) -> Result<(), MachineError> {
+        while !self.ipc_event_done(token, nonce) {
+            if !self.daemon_alive() {
+                return Err(MachineError::DaemonGone);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    /// How many processes hold a context on `dev` (no snapshot cost).
+    pub fn context_holders(&self, dev: usize) -> usize {
+        self.state
+            .live_procs()
+            .into_iter()
+            .filter(|(i, _)| self.state.proc_rec(*i).contexts[dev].load(Ordering::SeqCst) > 0)
+            .count()
     }
 
     /// Processes holding a context on `dev`: (host pid, memory bytes).

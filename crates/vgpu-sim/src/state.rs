@@ -17,7 +17,7 @@ use memmap2::MmapRaw;
 use crate::config::{SimConfig, MAX_DEVICES};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 pub const MAX_PROCS: usize = 1024;
 /// Kernel intervals kept per device (a ring).
 pub const KERNEL_RING: usize = 65536;
@@ -82,6 +82,8 @@ pub struct Header {
     pub doorbell: AtomicU32,
     /// 1 while the scheduler is (about to be) asleep on `doorbell`.
     pub sched_sleeping: AtomicU32,
+    /// Per-block time of the kernels of PTX / cubin / fatbin images.
+    pub image_block_ns: u64,
 }
 
 #[repr(C)]
@@ -218,14 +220,13 @@ impl State {
             h.kernel_queue_depth = u64::from(cfg.kernel.queue_depth);
             h.nvml_window_ns = cfg.kernel.nvml_window_ns;
             h.timeslice_ns = cfg.kernel.timeslice_ns;
+            h.image_block_ns = cfg.kernel.image_block_ns;
             h.realtime_offset_ns =
                 crate::clock::realtime_ns() as i64 - crate::clock::now_ns() as i64;
         }
         for i in 0..cfg.devices as usize {
             let d = state.device_mut_init(i);
-            let name = format!("vgpu-sim {} (simulated)", cfg.device.name);
-            let n = name.len().min(NAME_LEN - 1);
-            d.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+            d.name = Self::device_label(&cfg.device.name);
             d.memory_bytes = cfg.device.memory_bytes;
             d.sms = cfg.device.sms;
             d.max_threads_per_sm = cfg.device.max_threads_per_sm;
@@ -362,6 +363,60 @@ impl State {
         unsafe { &*self.ptr_at::<KernelRec>(off) }
     }
 
+    /// The configuration this machine was created with, read back from the
+    /// header and device records (`profile` is the matching named profile,
+    /// else `custom`; `device.name` is the recorded label, see
+    /// [`State::device_label_text`]).
+    pub fn config(&self) -> SimConfig {
+        let h = self.header();
+        let mut cfg = SimConfig {
+            devices: h.device_count,
+            ..SimConfig::default()
+        };
+        cfg.cost = crate::config::CostModel {
+            init_ns: h.init_ns,
+            ctx_create_ns: h.ctx_create_ns,
+            ctx_destroy_ns: h.ctx_destroy_ns,
+            primary_retain_cold_ns: h.primary_retain_cold_ns,
+            primary_retain_nested_ns: h.primary_retain_nested_ns,
+            primary_release_ns: h.primary_release_ns,
+            nvml_snapshot_ns: h.nvml_snapshot_ns,
+            serialize_context_creation: h.serialize_context_creation != 0,
+        };
+        cfg.kernel.queue_depth = h.kernel_queue_depth as u32;
+        cfg.kernel.nvml_window_ns = h.nvml_window_ns;
+        cfg.kernel.timeslice_ns = h.timeslice_ns;
+        cfg.kernel.image_block_ns = h.image_block_ns;
+        if let Some(d) = self.device(0) {
+            let end = d.name.iter().position(|b| *b == 0).unwrap_or(NAME_LEN);
+            cfg.device.name = String::from_utf8_lossy(&d.name[..end]).into_owned();
+            cfg.device.memory_bytes = d.memory_bytes;
+            cfg.device.sms = d.sms;
+            cfg.device.max_threads_per_sm = d.max_threads_per_sm;
+            cfg.device.cc_major = d.cc_major;
+            cfg.device.cc_minor = d.cc_minor;
+        }
+        cfg.profile = cfg.matching_profile().unwrap_or("custom").to_string();
+        cfg
+    }
+
+    /// What [`State::config`] reads back as `device.name` for a machine
+    /// configured with `name`.
+    pub fn device_label_text(name: &str) -> String {
+        let b = Self::device_label(name);
+        let end = b.iter().position(|c| *c == 0).unwrap_or(NAME_LEN);
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    }
+
+    /// A device's name as the state records it (decorated, bounded).
+    pub fn device_label(name: &str) -> [u8; NAME_LEN] {
+        let mut out = [0u8; NAME_LEN];
+        let label = format!("vgpu-sim {name} (simulated)");
+        let n = label.len().min(NAME_LEN - 1);
+        out[..n].copy_from_slice(&label.as_bytes()[..n]);
+        out
+    }
+
     fn proc_scan(&self) -> usize {
         (self.header().proc_hwm.load(Ordering::SeqCst) as usize).min(MAX_PROCS)
     }
@@ -372,7 +427,8 @@ impl State {
             .map(|i| self.proc_rec(i))
             .filter(|r| r.state.load(Ordering::SeqCst) == PROC_LIVE)
             .map(|r| r.mem[dev].load(Ordering::SeqCst))
-            .sum()
+            // Saturating: a sum past u64 reads "full", never a small number.
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Live process records: (index, host pid).

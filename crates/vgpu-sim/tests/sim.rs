@@ -245,6 +245,40 @@ fn memory_is_accounted_across_processes() {
 }
 
 #[test]
+fn an_unrepresentable_allocation_is_refused_without_wrapping_the_counters() {
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &[
+            "init",
+            "retain",
+            "0",
+            "alloc",
+            "512",
+            "alloc-bytes",
+            "max",
+            "alloc-bytes",
+            "18446744073709551104",
+            "ready",
+            "wait",
+        ],
+    );
+    p.expect("alloc ok");
+    // SIZE_MAX and SIZE_MAX - 511: CUDA_ERROR_OUT_OF_MEMORY, nothing charged.
+    assert_eq!(p.expect("alloc"), "alloc err 2");
+    assert_eq!(p.expect("alloc"), "alloc err 2");
+    p.expect("ready");
+    let state = sim.state().unwrap();
+    assert_eq!(state.used_bytes(0), 512 * MIB, "the 512 MiB still held");
+    assert_eq!(
+        nvml_procs(&sim).values().copied().collect::<Vec<_>>(),
+        vec![512 * MIB]
+    );
+    assert!(p.finish().success());
+}
+
+#[test]
 fn cold_retains_never_overlap_when_the_driver_serializes() {
     let sim = SimHandle::start(SimOptions::profile("a100-burst").unwrap()).expect("sim");
     let probes: Vec<Probe> = (0..8)
@@ -1083,5 +1117,98 @@ fn host_pools_take_no_device_memory_and_max_size_caps_a_pool() {
         f["mem"],
         format!("free {} total {}", 1024 * MIB, 1024 * MIB),
         "a host pool is not device memory"
+    );
+}
+
+#[test]
+fn ipc_requests_are_checked_and_exports_go_with_their_owner() {
+    use vgpu_sim::client::{ipc_request, ClientError};
+    use vgpu_sim::daemon::{
+        CMD_IPC_EVENT_MARK, CMD_IPC_EVENT_WAIT, CMD_IPC_EXPORT, CMD_IPC_FORGET, CMD_IPC_OPEN,
+        STATUS_BAD_REQUEST, STATUS_DENIED, STATUS_GONE,
+    };
+    let sim = SimHandle::start(SimOptions::default()).expect("sim");
+    let dir = sim.dir().to_path_buf();
+    let refused = |r: Result<_, ClientError>| match r {
+        Err(ClientError::Refused { status, .. }) => status,
+        Ok(_) => 0,
+        Err(e) => panic!("{e}"),
+    };
+    // This test process never registered: it may not export.
+    let b = vgpu_sim::backing::Backing::new(4096).unwrap();
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_EXPORT, 4096, 0, Some(b.fd()))),
+        STATUS_BAD_REQUEST
+    );
+    // Unknown tokens, wrong nonces: nothing to open, wait on or forget.
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_OPEN, 7, 7, None)),
+        STATUS_GONE
+    );
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_EVENT_WAIT, 7 << 32 | 7, 0, None)),
+        STATUS_GONE
+    );
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_FORGET, 7, 7, None)),
+        STATUS_DENIED
+    );
+    assert_eq!(
+        refused(ipc_request(&dir, CMD_IPC_EVENT_MARK, 7 << 32 | 7, 1, None)),
+        STATUS_DENIED
+    );
+    // A registered exporter's memory opens (with its size) while it lives
+    // and is gone once it is killed.
+    let mut p = Probe::spawn(
+        &sim,
+        &[],
+        &["init", "retain", "0", "ipc-export", "3", "ready", "wait"],
+    );
+    let line = p.expect("ipc ");
+    let hex = line.trim_start_matches("ipc ");
+    let bytes: Vec<u8> = (0..24)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+    let (token, nonce) = (word(0) as u32, (word(0) >> 32) as u32);
+    let (size, offset) = (word(8), word(16));
+    assert_eq!(size, 3 * MIB, "the handle names the allocation's size");
+    p.expect("ready");
+    let (_, span, fd) = ipc_request(&dir, CMD_IPC_OPEN, token.into(), nonce.into(), None)
+        .expect("open while the owner lives");
+    assert!(
+        span >= offset + size,
+        "the shared memory holds the allocation"
+    );
+    assert!(fd.is_some());
+    assert_eq!(
+        refused(ipc_request(
+            &dir,
+            CMD_IPC_OPEN,
+            token.into(),
+            u64::from(nonce) ^ 1,
+            None
+        )),
+        STATUS_GONE,
+        "a wrong nonce opens nothing"
+    );
+    p.child.kill().unwrap();
+    let _ = p.child.wait();
+    wait_until("the exporter's record released", || {
+        sim.state().unwrap().used_bytes(0) == 0
+    });
+    wait_until("its export forgotten", || {
+        refused(ipc_request(
+            &dir,
+            CMD_IPC_OPEN,
+            token.into(),
+            nonce.into(),
+            None,
+        )) == STATUS_GONE
+    });
+    // The daemon still serves.
+    assert_eq!(
+        run(&sim, &["init", "retain", "0", "alloc", "1"]),
+        vec!["alloc ok".to_string()]
     );
 }

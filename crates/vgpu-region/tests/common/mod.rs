@@ -129,3 +129,26 @@ pub fn shared_tempdir() -> tempfile::TempDir {
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     d
 }
+
+/// Runs `f` on another thread; fails the test if it has not returned in
+/// `secs` (an open that blocks on a FIFO would otherwise hang the run).
+pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .expect("the call blocked (an open of a FIFO without O_NONBLOCK?)")
+}
+
+/// mkfifo(3), mode 0666.
+pub fn mkfifo(p: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+}

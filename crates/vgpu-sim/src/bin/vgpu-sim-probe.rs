@@ -8,6 +8,8 @@
 //! retain D | release D      primary context of device D (retain makes it current)
 //! ctx D                     cuCtxCreate_v2 on device D
 //! alloc MIB                 cuMemAlloc_v2 (prints `alloc ok` / `alloc err CODE`)
+//! alloc-bytes N|max         cuMemAlloc_v2 of N bytes (`max`: SIZE_MAX); same output
+//! ipc-export MIB            allocate and export: `ipc <handle bytes 8..32 as hex>`
 //! alloc-async MIB           cuMemAllocAsync on the legacy stream (same output)
 //! launch BLOCK_US GRID MS   back-to-back launches for MS ms, then synchronize
 //! pid                       print `pid <getpid()>` (the pid in this namespace)
@@ -120,6 +122,24 @@ mod ffi {
             let mut p: CUdeviceptr = 0;
             // SAFETY: out-pointer to a local; signature per cuda.h.
             Ok(unsafe { f(&mut p, bytes) })
+        }
+
+        /// cuMemAlloc_v2 + cuIpcGetMemHandle: the handle's 64 bytes.
+        pub fn ipc_export(&self, bytes: usize) -> Res<[u8; 64]> {
+            let alloc = self.sym::<unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult>(
+                b"cuMemAlloc_v2",
+            )?;
+            let get = self
+                .sym::<unsafe extern "C" fn(*mut CUipcMemHandle, CUdeviceptr) -> CUresult>(
+                    b"cuIpcGetMemHandle",
+                )?;
+            let mut p: CUdeviceptr = 0;
+            // SAFETY: out-pointer to a local; signature per cuda.h.
+            check(unsafe { alloc(&mut p, bytes) }, "cuMemAlloc_v2")?;
+            let mut h = CUipcMemHandle { reserved: [0; 64] };
+            // SAFETY: out-pointer to a local; signature per cuda.h.
+            check(unsafe { get(&mut h, p) }, "cuIpcGetMemHandle")?;
+            Ok(h.reserved)
         }
 
         pub fn alloc_async(&self, bytes: usize) -> Res<CUresult> {
@@ -529,6 +549,24 @@ fn run() -> Result<(), String> {
                 } else {
                     println!("alloc err {}", r.0);
                 }
+            }
+            "alloc-bytes" => {
+                let n = match args.next().as_deref() {
+                    Some("max") => usize::MAX,
+                    other => num(other.map(str::to_string), "alloc-bytes N|max")?,
+                };
+                let r = cuda.as_ref().ok_or("init first")?.alloc(n)?;
+                if r.is_success() {
+                    println!("alloc ok");
+                } else {
+                    println!("alloc err {}", r.0);
+                }
+            }
+            "ipc-export" => {
+                let mib: usize = num(args.next(), "ipc-export MIB")?;
+                let h = cuda.as_ref().ok_or("init first")?.ipc_export(mib << 20)?;
+                let hex: String = h[8..32].iter().map(|b| format!("{b:02x}")).collect();
+                println!("ipc {hex}");
             }
             "alloc-async" => {
                 let mib: usize = num(args.next(), "alloc-async MIB")?;

@@ -63,12 +63,5 @@ fn main() -> ExitCode {
 }
 
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    vgpu_errors::chain(e)
 }

@@ -99,7 +99,7 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
                 .ok_or(format!("op {op:?}: argument {i} missing"))
         };
         match name {
-            "create" => {
+            "create" | "private" => {
                 let opts = CreateOptions {
                     slots: arg(1)? as u32,
                     devices: vec![DeviceConfig {
@@ -108,18 +108,11 @@ fn script(region: &str, ops: &str) -> Result<(), String> {
                         sm_limit: 0,
                     }],
                 };
-                r = Some(Region::open_or_create(path, &opts).map_err(why)?.0);
-            }
-            "private" => {
-                let opts = CreateOptions {
-                    slots: arg(1)? as u32,
-                    devices: vec![DeviceConfig {
-                        uuid: "GPU-worker".into(),
-                        mem_limit: arg(2)?,
-                        sm_limit: 0,
-                    }],
-                };
-                r = Some(Region::private(&opts).map_err(why)?);
+                r = Some(if name == "create" {
+                    Region::open_or_create(path, &opts).map_err(why)?.0
+                } else {
+                    Region::private(&opts).map_err(why)?
+                });
             }
             "gate" => {
                 // Wait for the parent to release everyone at once.

@@ -1,0 +1,352 @@
+//! The SM bench tenant's driver calls: `dlopen("libcuda.so.1")` and the
+//! entry points it launches through, resolved with `dlsym(RTLD_DEFAULT)`
+//! as a program linked with `-lcuda` gets them (so a preloaded libvgpu.so's
+//! exports win). The only unsafe code of the SM bench. Also NVML's
+//! per-process utilization for the real-GPU truth.
+
+use std::ffi::{c_int, c_uint, c_void, CStr};
+
+use vgpu_cuda_abi::{
+    nvmlDevice_t, nvmlProcessUtilizationSample_t, CUDA_KERNEL_NODE_PARAMS_v2, CUcontext, CUdevice,
+    CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmodule, CUstream,
+};
+
+type Launch = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_uint;
+type Coop = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+) -> c_uint;
+
+fn open(lib: &CStr) -> Result<(), String> {
+    crate::dl::open_global(lib).map(|_| ())
+}
+
+fn sym(name: &CStr) -> Result<*mut c_void, String> {
+    crate::dl::sym(None, name)
+}
+
+macro_rules! table {
+    ($name:ident { $($field:ident: $sym:literal => fn($($arg:ty),*) -> $ret:ty),* $(,)? }) => {
+        /// Driver entry points, typed as cuda.h/nvml.h declare them.
+        pub struct $name {
+            $($field: unsafe extern "C" fn($($arg),*) -> $ret,)*
+        }
+        impl $name {
+            fn resolve() -> Result<$name, String> {
+                Ok($name {
+                    // SAFETY: each name is exported by the driver with
+                    // exactly the C signature given here (cuda.h /
+                    // nvml.h, 12.x ABI).
+                    $($field: unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(sym($sym)?) },)*
+                })
+            }
+        }
+    };
+}
+
+table!(Core {
+    init: c"cuInit" => fn(c_uint) -> c_uint,
+    device_get: c"cuDeviceGet" => fn(*mut CUdevice, c_int) -> c_uint,
+    device_name: c"cuDeviceGetName" => fn(*mut i8, c_int, CUdevice) -> c_uint,
+    attribute: c"cuDeviceGetAttribute" => fn(*mut c_int, c_int, CUdevice) -> c_uint,
+    ctx_create: c"cuCtxCreate_v2" => fn(*mut CUcontext, c_uint, CUdevice) -> c_uint,
+    ctx_sync: c"cuCtxSynchronize" => fn() -> c_uint,
+    module_load: c"cuModuleLoadData" => fn(*mut CUmodule, *const c_void) -> c_uint,
+    module_function: c"cuModuleGetFunction" => fn(*mut CUfunction, CUmodule, *const i8) -> c_uint,
+    stream_sync: c"cuStreamSynchronize" => fn(CUstream) -> c_uint,
+    graph_create: c"cuGraphCreate" => fn(*mut CUgraph, c_uint) -> c_uint,
+    graph_add_kernel: c"cuGraphAddKernelNode_v2" => fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_KERNEL_NODE_PARAMS_v2) -> c_uint,
+    graph_instantiate: c"cuGraphInstantiateWithFlags" => fn(*mut CUgraphExec, CUgraph, u64) -> c_uint,
+    graph_launch: c"cuGraphLaunch" => fn(CUgraphExec, CUstream) -> c_uint,
+});
+
+/// The CUDA calls a tenant makes.
+pub struct Cuda {
+    core: Core,
+    launch: Launch,
+    coop: Coop,
+    func: CUfunction,
+    /// The device's SM count.
+    pub sms: u32,
+    /// The device is vgpu-sim's.
+    pub simulated: bool,
+    /// The spin kernel's parameter (GPU-ns per block), read by the launches.
+    param: Box<u64>,
+    graph: Option<CUgraphExec>,
+}
+
+/// vgpu-sim's module: per-block time from the kernel's first parameter.
+const SIM_MODULE: &CStr = c"vgpu-sim-module v1\nkernel spin\n";
+
+/// A real GPU's: every block spins on %globaltimer for its parameter's ns.
+const PTX_MODULE: &CStr = c".version 7.0
+.target sm_52
+.address_size 64
+.visible .entry spin(.param .u64 ns)
+{
+    .reg .pred %p;
+    .reg .b64 %rd<5>;
+    ld.param.u64 %rd1, [ns];
+    mov.u64 %rd2, %globaltimer;
+LOOP:
+    mov.u64 %rd3, %globaltimer;
+    sub.u64 %rd4, %rd3, %rd2;
+    setp.lt.u64 %p, %rd4, %rd1;
+    @%p bra LOOP;
+    ret;
+}
+";
+
+fn check(what: &str, r: c_uint) -> Result<(), String> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("{what} returned CUresult {r}"))
+    }
+}
+
+impl Cuda {
+    /// Loads the driver, creates a context on device 0 and loads the spin
+    /// kernel (vgpu-sim's text module on the simulator, PTX elsewhere).
+    pub fn open() -> Result<Cuda, String> {
+        open(c"libcuda.so.1")?;
+        let core = Core::resolve()?;
+        // SAFETY: the entry points below have these C signatures (cuda.h).
+        let launch = unsafe { std::mem::transmute::<*mut c_void, Launch>(sym(c"cuLaunchKernel")?) };
+        // SAFETY: as above.
+        let coop =
+            unsafe { std::mem::transmute::<*mut c_void, Coop>(sym(c"cuLaunchCooperativeKernel")?) };
+        // SAFETY: flags 0.
+        check("cuInit", unsafe { (core.init)(0) })?;
+        let mut dev: CUdevice = 0;
+        // SAFETY: valid out-pointer, ordinal 0.
+        check("cuDeviceGet", unsafe { (core.device_get)(&mut dev, 0) })?;
+        let mut name = [0i8; 256];
+        // SAFETY: a 256-byte buffer and its length.
+        check("cuDeviceGetName", unsafe {
+            (core.device_name)(name.as_mut_ptr(), name.len() as c_int, dev)
+        })?;
+        // SAFETY: the driver NUL-terminated it within the buffer.
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let mut sms: c_int = 0;
+        // SAFETY: valid out-pointer; 16 = CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.
+        check("cuDeviceGetAttribute(SM count)", unsafe {
+            (core.attribute)(&mut sms, 16, dev)
+        })?;
+        let mut ctx = CUcontext::NULL;
+        // SAFETY: valid out-pointer, flags 0, a device the driver returned.
+        check("cuCtxCreate_v2", unsafe {
+            (core.ctx_create)(&mut ctx, 0, dev)
+        })?;
+        let simulated = name.contains("(simulated)");
+        let image = if simulated { SIM_MODULE } else { PTX_MODULE };
+        let mut module = CUmodule::NULL;
+        // SAFETY: a NUL-terminated image the driver reads during the call.
+        check("cuModuleLoadData", unsafe {
+            (core.module_load)(&mut module, image.as_ptr().cast())
+        })?;
+        let mut func = CUfunction::NULL;
+        // SAFETY: valid out-pointer, the module just loaded, a NUL-terminated name.
+        check("cuModuleGetFunction", unsafe {
+            (core.module_function)(&mut func, module, c"spin".as_ptr())
+        })?;
+        Ok(Cuda {
+            core,
+            launch,
+            coop,
+            func,
+            sms: sms.max(1) as u32,
+            simulated,
+            param: Box::new(0),
+            graph: None,
+        })
+    }
+
+    /// Sets the per-block time the next launches pass.
+    pub fn set_block_ns(&mut self, ns: u64) {
+        *self.param = ns;
+    }
+
+    fn params(&mut self) -> [*mut c_void; 1] {
+        [(&mut *self.param as *mut u64).cast()]
+    }
+
+    /// `cuLaunchKernel` of `blocks` × 128 threads on the legacy stream.
+    pub fn launch(&mut self, blocks: u32) -> c_uint {
+        let mut p = self.params();
+        // SAFETY: a function of the loaded module, valid dimensions, and a
+        // parameter array whose one entry points at a live u64.
+        unsafe {
+            (self.launch)(
+                self.func,
+                blocks,
+                1,
+                1,
+                128,
+                1,
+                1,
+                0,
+                CUstream::NULL,
+                p.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+    }
+
+    /// `cuLaunchCooperativeKernel`, same shape.
+    pub fn launch_cooperative(&mut self, blocks: u32) -> c_uint {
+        let mut p = self.params();
+        // SAFETY: as in `launch`.
+        unsafe {
+            (self.coop)(
+                self.func,
+                blocks,
+                1,
+                1,
+                128,
+                1,
+                1,
+                0,
+                CUstream::NULL,
+                p.as_mut_ptr(),
+            )
+        }
+    }
+
+    /// Builds (once) a graph of `nodes` spin kernels of `blocks` blocks in
+    /// a chain, with the current per-block time baked in.
+    pub fn build_graph(&mut self, nodes: u32, blocks: u32) -> Result<(), String> {
+        let mut g = CUgraph::NULL;
+        // SAFETY: valid out-pointer, flags 0.
+        check("cuGraphCreate", unsafe {
+            (self.core.graph_create)(&mut g, 0)
+        })?;
+        let mut prev: Option<CUgraphNode> = None;
+        for _ in 0..nodes {
+            let mut p = self.params();
+            let np = CUDA_KERNEL_NODE_PARAMS_v2 {
+                func: self.func,
+                gridDimX: blocks,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: 128,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                kernelParams: p.as_mut_ptr(),
+                extra: std::ptr::null_mut(),
+                kern: vgpu_cuda_abi::CUkernel::NULL,
+                ctx: CUcontext::NULL,
+            };
+            let mut node = CUgraphNode::NULL;
+            let deps: Vec<CUgraphNode> = prev.into_iter().collect();
+            // SAFETY: valid out-pointer, the graph just created, `deps`
+            // (0 or 1 node of it) and node parameters read during the call.
+            check("cuGraphAddKernelNode_v2", unsafe {
+                (self.core.graph_add_kernel)(&mut node, g, deps.as_ptr(), deps.len(), &np)
+            })?;
+            prev = Some(node);
+        }
+        let mut exec = CUgraphExec::NULL;
+        // SAFETY: valid out-pointer, a complete graph, flags 0.
+        check("cuGraphInstantiateWithFlags", unsafe {
+            (self.core.graph_instantiate)(&mut exec, g, 0)
+        })?;
+        self.graph = Some(exec);
+        Ok(())
+    }
+
+    /// `cuGraphLaunch` of the built graph on the legacy stream.
+    pub fn graph_launch(&mut self) -> c_uint {
+        match self.graph {
+            // SAFETY: an instantiated graph and the legacy stream.
+            Some(e) => unsafe { (self.core.graph_launch)(e, CUstream::NULL) },
+            None => 1, // CUDA_ERROR_INVALID_VALUE: no graph
+        }
+    }
+
+    /// `cuStreamSynchronize` of the legacy stream.
+    pub fn stream_sync(&self) -> c_uint {
+        // SAFETY: the legacy stream of the current context.
+        unsafe { (self.core.stream_sync)(CUstream::NULL) }
+    }
+
+    /// `cuCtxSynchronize`.
+    pub fn ctx_sync(&self) -> c_uint {
+        // SAFETY: no arguments; a context is current.
+        unsafe { (self.core.ctx_sync)() }
+    }
+}
+
+table!(NvmlCalls {
+    init: c"nvmlInit_v2" => fn() -> c_uint,
+    handle: c"nvmlDeviceGetHandleByIndex_v2" => fn(c_uint, *mut nvmlDevice_t) -> c_uint,
+    samples: c"nvmlDeviceGetProcessUtilization" => fn(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> c_uint,
+});
+
+/// NVML's per-process samples of device 0 (the real-GPU truth).
+pub struct Nvml {
+    calls: NvmlCalls,
+    dev: nvmlDevice_t,
+}
+
+impl Nvml {
+    /// Loads NVML and takes device 0.
+    pub fn open() -> Result<Nvml, String> {
+        open(c"libnvidia-ml.so.1")?;
+        let calls = NvmlCalls::resolve()?;
+        // SAFETY: no arguments.
+        check("nvmlInit_v2", unsafe { (calls.init)() })?;
+        let mut dev = nvmlDevice_t(std::ptr::null_mut());
+        // SAFETY: valid out-pointer, index 0.
+        check("nvmlDeviceGetHandleByIndex_v2", unsafe {
+            (calls.handle)(0, &mut dev)
+        })?;
+        Ok(Nvml { calls, dev })
+    }
+
+    /// Samples newer than `since_us` (wall-clock µs): (pid, smUtil %, µs).
+    pub fn samples(&self, since_us: u64) -> Vec<(u32, u32, u64)> {
+        let mut n: c_uint = 0;
+        // SAFETY: a NULL buffer asks for the count (NVML_ERROR_INSUFFICIENT_SIZE).
+        unsafe {
+            (self.calls.samples)(self.dev, std::ptr::null_mut(), &mut n, since_us);
+        }
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut buf = vec![nvmlProcessUtilizationSample_t::default(); n as usize + 8];
+        let mut len = buf.len() as c_uint;
+        // SAFETY: a buffer of `len` samples and its length.
+        let r = unsafe { (self.calls.samples)(self.dev, buf.as_mut_ptr(), &mut len, since_us) };
+        if r != 0 {
+            return Vec::new();
+        }
+        buf.truncate((len as usize).min(buf.len()));
+        buf.into_iter()
+            .map(|s| (s.pid, s.smUtil, s.timeStamp))
+            .collect()
+    }
+}

@@ -1,0 +1,89 @@
+//! The SM bench's instrument on the simulated driver, without any
+//! interposer (so nothing here depends on the limiter): a flat-out tenant
+//! shows the whole device, two show half each, and a tenant that fails is
+//! counted and fails its row.
+use std::time::Duration;
+
+use vgpu_bench::sm::harness::{run_row, scratch_dir, Setup};
+use vgpu_bench::sm::rows::select;
+use vgpu_bench::sm::Engine;
+
+fn setup(dir: &std::path::Path, exe: std::path::PathBuf) -> Setup {
+    Setup {
+        engine: Engine::Sim,
+        tenant_exe: exe,
+        preload: None,
+        vgpu_lib: None,
+        seconds: 2,
+        dir: dir.to_path_buf(),
+        start_delay: Duration::from_millis(700),
+    }
+}
+
+#[test]
+fn the_truth_is_the_devices_and_failures_are_counted() {
+    let dir = scratch_dir().unwrap();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_vgpu-bench-sm-tenant"));
+    let s = setup(dir.path(), exe);
+
+    let solo = &select(&["solo-30".into()]).unwrap()[0];
+    let r = run_row(&s, solo);
+    assert_eq!(r.failures, 0, "{:?}", r.notes);
+    let t = &r.tenants[0];
+    // Unpaced (no interposer): the whole device in every second.
+    assert!(t.per_second.iter().all(|x| *x > 90.0), "{:?}", t.per_second);
+    assert!(t.launches > 1000, "{} launches", t.launches);
+    assert!(
+        !r.target_met,
+        "an unpaced 30 % tenant cannot meet its target"
+    );
+    assert!(t.figures.mae_points.unwrap() > 60.0);
+
+    let pair = &select(&["pair-30-70".into()]).unwrap()[0];
+    let r = run_row(&s, pair);
+    assert_eq!(r.failures, 0, "{:?}", r.notes);
+    for t in &r.tenants {
+        // The device's time-slicing splits two flat-out tenants evenly.
+        assert!(
+            (t.figures.achieved - 50.0).abs() < 10.0,
+            "{} at {}",
+            t.label,
+            t.figures.achieved
+        );
+    }
+    assert!(r.ratio.is_some());
+
+    // A tenant that cannot run: counted, reported, row not met.
+    let bad = setup(dir.path(), "/bin/false".into());
+    let r = run_row(&bad, solo);
+    assert_eq!(r.failures, 1);
+    assert!(r.tenants[0].failed);
+    assert!(
+        r.tenants[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("exited"),
+        "{:?}",
+        r.tenants[0].error
+    );
+    assert!(!r.target_met);
+}
+
+#[test]
+fn the_model_rows_meet_their_targets() {
+    for row in select(&[]).unwrap() {
+        let Some(r) = vgpu_bench::sm::model::run_row(&row, 4) else {
+            continue;
+        };
+        assert!(
+            r.target_met,
+            "{}: {:?}",
+            r.name,
+            r.tenants
+                .iter()
+                .map(|t| (&t.label, &t.per_second))
+                .collect::<Vec<_>>()
+        );
+    }
+}

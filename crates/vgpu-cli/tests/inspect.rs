@@ -1,0 +1,31 @@
+//! `vgpu inspect` at the default path, where any local user can plant a
+//! FIFO: it must answer at once, in a private mount namespace with its own
+//! /tmp so nothing real is touched.
+use std::process::Command;
+
+#[test]
+fn a_fifo_at_the_default_region_path_does_not_hang_inspect() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root (a private mount namespace)");
+        return;
+    }
+    let script = "mount -t tmpfs tmpfs /tmp && mkdir -m 1777 /tmp/vgpu \
+                  && mkfifo -m 0666 /tmp/vgpu/region.cache \
+                  && timeout 60 \"$0\" inspect; echo \"rc=$?\"";
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", script, env!("CARGO_BIN_EXE_vgpu")])
+        .env_remove("CUDA_DEVICE_MEMORY_SHARED_CACHE")
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    // 1: refused with its cause (124 would be timeout's: it hung).
+    assert!(o.contains("rc=1"), "{o}{e}");
+    assert!(
+        e.contains("/tmp/vgpu/region.cache: not a regular file (FIFO) [not-regular-file]"),
+        "{e}"
+    );
+}

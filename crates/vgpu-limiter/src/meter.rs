@@ -1,0 +1,655 @@
+//! Measuring the GPU time a process's launches take, with markers (stream
+//! events) around bursts of launches: a start marker before a burst's first
+//! launch, an end marker after its last, and the elapsed time between them
+//! once both have happened. One marker pair per burst (bursts close after
+//! `marker_period` or at a synchronize), so the cost per launch is a few
+//! counter updates; the events cost is per burst.
+//!
+//! Owns the bookkeeping only: recording, querying and recycling events is
+//! the driver's (`Markers`, implemented by the interposer over its
+//! `CudaDriver`, and by the model in tests). Fixed-size arrays, no
+//! allocation, no panics.
+//!
+//! What can go wrong and what it does: an event the driver refuses leaves
+//! its launches unmeasured (their estimate stands); a burst whose stream
+//! probably drained before it was closed (no launch and no synchronize for
+//! a while) is dropped rather than measured across the idle gap; overlapping
+//! bursts on concurrent streams over-count (charge more, never less).
+
+use crate::estimate::Kind;
+use crate::law::Params;
+
+/// Open bursts (one per stream in use).
+pub const OPEN: usize = 4;
+/// Closed bursts waiting for their markers.
+pub const PENDING: usize = 16;
+
+/// Where a pair of markers stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elapsed {
+    /// Both happened: GPU-ns from the first to the second.
+    Ready(u64),
+    /// Not yet.
+    Pending,
+    /// The driver cannot say (an error): the burst goes unmeasured.
+    Failed,
+}
+
+/// The driver side of markers.
+pub trait Markers {
+    /// A recorded event.
+    type Mark: Copy;
+    /// Records a marker on `stream` (after the work queued on it so far).
+    fn record(&self, stream: u64) -> Option<Self::Mark>;
+    /// Time between two recorded markers.
+    fn elapsed(&self, start: Self::Mark, end: Self::Mark) -> Elapsed;
+    /// Gives a marker back (for reuse).
+    fn release(&self, m: Self::Mark);
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Open<M> {
+    stream: u64,
+    start: M,
+    kind: Kind,
+    opened_ns: u64,
+    last_ns: u64,
+    launches: u32,
+    charged_ns: u64,
+    close_now: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Closed<M> {
+    start: M,
+    end: M,
+    kind: Kind,
+    closed_ns: u64,
+    launches: u32,
+    charged_ns: u64,
+}
+
+/// A burst whose markers were read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Measured {
+    /// What was launched.
+    pub kind: Kind,
+    /// How many launches.
+    pub launches: u32,
+    /// What they were charged.
+    pub charged_ns: u64,
+    /// What the markers say they took (`None`: unusable).
+    pub measured_ns: Option<u64>,
+}
+
+/// A metered launch that returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launched {
+    /// Its stream.
+    pub stream: u64,
+    /// What it was charged.
+    pub charged_ns: u64,
+    /// The driver queued it.
+    pub ok: bool,
+    /// It was charged an estimate (false: a probe, measured at once).
+    pub estimated: bool,
+}
+
+/// Counters for display and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeterStats {
+    /// Markers the driver refused to record or read.
+    pub failures: u64,
+    /// Bursts dropped because their stream likely went idle before closing.
+    pub dropped: u64,
+    /// Bursts measured.
+    pub measured: u64,
+}
+
+/// One process's bursts on one device.
+#[derive(Debug)]
+pub struct Meter<M: Copy> {
+    open: [Option<Open<M>>; OPEN],
+    pending: [Option<Closed<M>>; PENDING],
+    head: usize,
+    len: usize,
+    stats: MeterStats,
+}
+
+impl<M: Copy> Default for Meter<M> {
+    fn default() -> Self {
+        Meter {
+            open: [None; OPEN],
+            pending: [None; PENDING],
+            head: 0,
+            len: 0,
+            stats: MeterStats::default(),
+        }
+    }
+}
+
+impl<M: Copy> Meter<M> {
+    /// Counters so far.
+    pub fn stats(&self) -> MeterStats {
+        self.stats
+    }
+
+    /// Closed bursts not yet read.
+    pub fn pending(&self) -> usize {
+        self.len
+    }
+
+    /// GPU-ns charged to bursts not yet read (closed and open).
+    pub fn unmeasured_ns(&self) -> u64 {
+        let closed: u64 = (0..self.len)
+            .filter_map(|i| self.pending[(self.head + i) % PENDING])
+            .map(|c| c.charged_ns)
+            .sum();
+        closed
+            + self
+                .open
+                .iter()
+                .flatten()
+                .map(|o| o.charged_ns)
+                .sum::<u64>()
+    }
+
+    /// Must the next launch wait for a measurement? When the pending queue
+    /// is full; while probing (no estimate yet: one launch measured before
+    /// the next); and when the oldest pending burst is overdue, i.e. the
+    /// device has taken far longer than its estimate (an underestimate:
+    /// launches wait for the truth rather than pile up on a wrong guess).
+    pub fn blocked(&self, now_ns: u64, estimated: bool) -> bool {
+        if self.len == PENDING {
+            return true;
+        }
+        if !estimated && (self.len > 0 || self.open.iter().flatten().any(|o| o.launches > 0)) {
+            return true;
+        }
+        match self.pending[self.head % PENDING].filter(|_| self.len > 0) {
+            Some(c) => {
+                let budget = 4u64.saturating_mul(self.unmeasured_ns()) + 5_000_000;
+                now_ns.saturating_sub(c.closed_ns) > budget
+            }
+            None => false,
+        }
+    }
+
+    /// Before a launch of `kind` on `stream`: makes sure a burst is open
+    /// for it (closing one of another kind, and dropping one whose stream
+    /// probably drained). False when the launch goes unmeasured (the driver
+    /// refused a marker).
+    pub fn before_launch<K: Markers<Mark = M>>(
+        &mut self,
+        k: &K,
+        now_ns: u64,
+        stream: u64,
+        kind: Kind,
+        p: &Params,
+    ) -> bool {
+        if let Some(i) = self.find(stream) {
+            let Some(o) = self.open[i] else { return false };
+            if o.kind != kind || o.close_now {
+                self.close(k, i, now_ns);
+            } else if o.launches > 0 && self.drained(&o, now_ns, p) {
+                self.drop_open(k, i);
+            } else {
+                return true;
+            }
+        }
+        let i = match self.open.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                // Every slot in use: close the least recently used.
+                let mut lru = 0;
+                for (i, o) in self.open.iter().enumerate() {
+                    if let (Some(a), Some(b)) = (o, self.open[lru]) {
+                        if a.last_ns < b.last_ns {
+                            lru = i;
+                        }
+                    }
+                }
+                self.close(k, lru, now_ns);
+                if self.open[lru].is_some() {
+                    // Could not close (pending full): this launch goes
+                    // unmeasured.
+                    return false;
+                }
+                lru
+            }
+        };
+        let Some(start) = k.record(stream) else {
+            self.stats.failures += 1;
+            return false;
+        };
+        self.open[i] = Some(Open {
+            stream,
+            start,
+            kind,
+            opened_ns: now_ns,
+            last_ns: now_ns,
+            launches: 0,
+            charged_ns: 0,
+            close_now: false,
+        });
+        true
+    }
+
+    /// After a metered launch returned. Closes the burst when it is old
+    /// enough, full, a graph (measured alone), or a probe (measured at
+    /// once).
+    pub fn after_launch<K: Markers<Mark = M>>(
+        &mut self,
+        k: &K,
+        now_ns: u64,
+        l: Launched,
+        p: &Params,
+    ) {
+        let Launched {
+            stream,
+            charged_ns,
+            ok,
+            estimated,
+        } = l;
+        let Some(i) = self.find(stream) else { return };
+        let Some(o) = self.open[i].as_mut() else {
+            return;
+        };
+        if !ok {
+            if o.launches == 0 {
+                let start = o.start;
+                self.open[i] = None;
+                k.release(start);
+            }
+            return;
+        }
+        o.launches += 1;
+        o.charged_ns = o.charged_ns.saturating_add(charged_ns);
+        o.last_ns = now_ns;
+        let full = o.launches >= p.max_burst_launches
+            || now_ns.saturating_sub(o.opened_ns) >= p.marker_period_ns
+            || matches!(o.kind, Kind::Graph(_))
+            || !estimated;
+        if full {
+            self.close(k, i, now_ns);
+            if let Some(o) = self.open[i].as_mut() {
+                // Pending is full: close at the next chance.
+                o.close_now = true;
+            }
+        }
+    }
+
+    /// Before a synchronize (stream, context, event; a blocking copy):
+    /// closes every open burst that holds launches, so a
+    /// launch-then-synchronize loop is measured launch by launch and no
+    /// burst spans the host's time between them.
+    pub fn close_all<K: Markers<Mark = M>>(&mut self, k: &K, now_ns: u64) {
+        for i in 0..OPEN {
+            if self.open[i].is_some_and(|o| o.launches > 0) {
+                self.close(k, i, now_ns);
+            }
+        }
+    }
+
+    /// The oldest closed burst, once its markers have happened.
+    pub fn poll<K: Markers<Mark = M>>(&mut self, k: &K) -> Option<Measured> {
+        if self.len == 0 {
+            return None;
+        }
+        let c = self.pending[self.head]?;
+        let measured = match k.elapsed(c.start, c.end) {
+            Elapsed::Pending => return None,
+            Elapsed::Ready(ns) => {
+                self.stats.measured += 1;
+                Some(ns)
+            }
+            Elapsed::Failed => {
+                self.stats.failures += 1;
+                None
+            }
+        };
+        k.release(c.start);
+        k.release(c.end);
+        self.pending[self.head] = None;
+        self.head = (self.head + 1) % PENDING;
+        self.len -= 1;
+        Some(Measured {
+            kind: c.kind,
+            launches: c.launches,
+            charged_ns: c.charged_ns,
+            measured_ns: measured,
+        })
+    }
+
+    /// Drops every marker (a fork child, an exit, a lost context): nothing
+    /// pending is read.
+    pub fn clear<K: Markers<Mark = M>>(&mut self, k: &K) {
+        for i in 0..OPEN {
+            if let Some(o) = self.open[i].take() {
+                k.release(o.start);
+            }
+        }
+        while self.len > 0 {
+            if let Some(c) = self.pending[self.head].take() {
+                k.release(c.start);
+                k.release(c.end);
+            }
+            self.head = (self.head + 1) % PENDING;
+            self.len -= 1;
+        }
+    }
+
+    fn find(&self, stream: u64) -> Option<usize> {
+        self.open
+            .iter()
+            .position(|o| o.is_some_and(|o| o.stream == stream))
+    }
+
+    /// The stream has probably run dry since the burst's last launch: its
+    /// work (as charged) would have finished long ago. Closing it now would
+    /// measure the idle gap too.
+    fn drained(&self, o: &Open<M>, now_ns: u64, p: &Params) -> bool {
+        let due = o
+            .opened_ns
+            .saturating_add(o.charged_ns.saturating_mul(2))
+            .saturating_add(p.marker_period_ns);
+        now_ns > due && now_ns.saturating_sub(o.last_ns) > p.marker_period_ns / 4
+    }
+
+    fn drop_open<K: Markers<Mark = M>>(&mut self, k: &K, i: usize) {
+        if let Some(o) = self.open[i].take() {
+            k.release(o.start);
+            self.stats.dropped += 1;
+        }
+    }
+
+    fn close<K: Markers<Mark = M>>(&mut self, k: &K, i: usize, _now_ns: u64) {
+        let Some(o) = self.open[i] else { return };
+        if o.launches == 0 {
+            self.open[i] = None;
+            k.release(o.start);
+            return;
+        }
+        if self.len == PENDING {
+            return;
+        }
+        self.open[i] = None;
+        let Some(end) = k.record(o.stream) else {
+            self.stats.failures += 1;
+            k.release(o.start);
+            return;
+        };
+        let at = (self.head + self.len) % PENDING;
+        self.pending[at] = Some(Closed {
+            start: o.start,
+            end,
+            kind: o.kind,
+            closed_ns: _now_ns,
+            launches: o.launches,
+            charged_ns: o.charged_ns,
+        });
+        self.len += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Markers whose times the test sets; records which were released.
+    #[derive(Default)]
+    struct Fake {
+        next: RefCell<u32>,
+        times: RefCell<Vec<Option<u64>>>,
+        released: RefCell<Vec<u32>>,
+        refuse: RefCell<bool>,
+    }
+
+    impl Markers for Fake {
+        type Mark = u32;
+        fn record(&self, _stream: u64) -> Option<u32> {
+            if *self.refuse.borrow() {
+                return None;
+            }
+            let mut n = self.next.borrow_mut();
+            *n += 1;
+            self.times.borrow_mut().push(None);
+            Some(*n - 1)
+        }
+        fn elapsed(&self, a: u32, b: u32) -> Elapsed {
+            let t = self.times.borrow();
+            match (t[a as usize], t[b as usize]) {
+                (Some(x), Some(y)) => Elapsed::Ready(y - x),
+                _ => Elapsed::Pending,
+            }
+        }
+        fn release(&self, m: u32) {
+            self.released.borrow_mut().push(m);
+        }
+    }
+
+    impl Fake {
+        fn happen(&self, m: u32, at: u64) {
+            self.times.borrow_mut()[m as usize] = Some(at);
+        }
+    }
+
+    #[test]
+    fn bursts_close_by_age_and_sync_and_read_in_order() {
+        let p = Params::default();
+        let k = Fake::default();
+        let mut m = Meter::default();
+        assert!(m.before_launch(&k, 0, 7, Kind::Kernel, &p));
+        m.after_launch(
+            &k,
+            1_000,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        assert!(m.before_launch(&k, 2_000, 7, Kind::Kernel, &p));
+        m.after_launch(
+            &k,
+            3_000,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        assert_eq!(m.pending(), 0);
+        // Age: the marker period passed.
+        assert!(m.before_launch(&k, 2_000_000, 7, Kind::Kernel, &p));
+        m.after_launch(
+            &k,
+            2_000_001,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        assert_eq!(m.pending(), 1);
+        // A synchronize closes whatever holds launches.
+        assert!(m.before_launch(&k, 2_100_000, 7, Kind::Kernel, &p));
+        m.after_launch(
+            &k,
+            2_100_001,
+            Launched {
+                stream: 7,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        m.close_all(&k, 2_100_002);
+        assert_eq!(m.pending(), 2);
+        assert!(m.poll(&k).is_none(), "markers not happened yet");
+        k.happen(0, 10);
+        k.happen(1, 160_010);
+        let r = m.poll(&k).unwrap();
+        assert_eq!(
+            r,
+            Measured {
+                kind: Kind::Kernel,
+                launches: 3,
+                charged_ns: 150_000,
+                measured_ns: Some(160_000)
+            }
+        );
+        assert_eq!(k.released.borrow().as_slice(), &[0, 1]);
+        k.happen(2, 200_000);
+        k.happen(3, 240_000);
+        assert_eq!(m.poll(&k).unwrap().measured_ns, Some(40_000));
+        assert!(m.poll(&k).is_none());
+        assert_eq!(m.stats().measured, 2);
+    }
+
+    #[test]
+    fn probing_blocks_until_measured_and_graphs_go_alone() {
+        let p = Params::default();
+        let k = Fake::default();
+        let mut m = Meter::default();
+        assert!(!m.blocked(0, false));
+        m.before_launch(&k, 0, 1, Kind::Kernel, &p);
+        m.after_launch(
+            &k,
+            1,
+            Launched {
+                stream: 1,
+                charged_ns: p.initial_estimate_ns,
+                ok: true,
+                estimated: false,
+            },
+            &p,
+        );
+        assert_eq!(m.pending(), 1, "a probe is closed at once");
+        assert!(m.blocked(2, false));
+        k.happen(0, 0);
+        k.happen(1, 9_000_000);
+        assert!(m.poll(&k).is_some());
+        assert!(!m.blocked(3, false));
+        // A graph: its own burst, closed right after.
+        m.before_launch(&k, 10, 1, Kind::Kernel, &p);
+        m.after_launch(
+            &k,
+            11,
+            Launched {
+                stream: 1,
+                charged_ns: 5,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        m.before_launch(&k, 12, 1, Kind::Graph(9), &p);
+        assert_eq!(m.pending(), 1, "the kernel burst closed first");
+        m.after_launch(
+            &k,
+            13,
+            Launched {
+                stream: 1,
+                charged_ns: 5,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        assert_eq!(m.pending(), 2);
+    }
+
+    #[test]
+    fn overdue_and_full_block_refusals_go_unmeasured() {
+        let p = Params::default();
+        let k = Fake::default();
+        let mut m = Meter::default();
+        m.before_launch(&k, 0, 1, Kind::Kernel, &p);
+        m.after_launch(
+            &k,
+            0,
+            Launched {
+                stream: 1,
+                charged_ns: 100_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        m.close_all(&k, 0);
+        // Charged 100 µs: overdue after 4 × 100 µs + 5 ms.
+        assert!(!m.blocked(5_000_000, true));
+        assert!(m.blocked(5_400_001, true));
+        // Fill the pending queue.
+        for i in 1..PENDING as u64 {
+            m.before_launch(&k, i, 1, Kind::Kernel, &p);
+            m.after_launch(
+                &k,
+                i,
+                Launched {
+                    stream: 1,
+                    charged_ns: 1,
+                    ok: true,
+                    estimated: true,
+                },
+                &p,
+            );
+            m.close_all(&k, i);
+        }
+        assert_eq!(m.pending(), PENDING);
+        assert!(m.blocked(100, true));
+        // The driver refuses markers: launches are not metered.
+        let mut m2: Meter<u32> = Meter::default();
+        *k.refuse.borrow_mut() = true;
+        assert!(!m2.before_launch(&k, 0, 1, Kind::Kernel, &p));
+        assert_eq!(m2.stats().failures, 1);
+    }
+
+    #[test]
+    fn a_burst_whose_stream_went_idle_is_dropped_not_measured() {
+        let p = Params::default();
+        let k = Fake::default();
+        let mut m = Meter::default();
+        m.before_launch(&k, 0, 1, Kind::Kernel, &p);
+        m.after_launch(
+            &k,
+            10,
+            Launched {
+                stream: 1,
+                charged_ns: 50_000,
+                ok: true,
+                estimated: true,
+            },
+            &p,
+        );
+        // 100 ms later, no synchronize in between: the stream drained long
+        // ago; measuring now would count 100 ms of idle time.
+        assert!(m.before_launch(&k, 100_000_000, 1, Kind::Kernel, &p));
+        assert_eq!(m.stats().dropped, 1);
+        assert_eq!(m.pending(), 0);
+        assert_eq!(k.released.borrow().as_slice(), &[0]);
+        // A failed launch leaves nothing behind.
+        m.after_launch(
+            &k,
+            100_000_001,
+            Launched {
+                stream: 1,
+                charged_ns: 50_000,
+                ok: false,
+                estimated: true,
+            },
+            &p,
+        );
+        m.clear(&k);
+        assert_eq!(k.released.borrow().len(), 2);
+    }
+}

@@ -1,0 +1,386 @@
+//! One process's limiter on one device: what the interposer's launch gate
+//! calls (`admit` before the real launch, `launched` after it, `before_sync`
+//! before a synchronize, `poll` from the owned thread). It joins the law
+//! (the container's bucket), the estimates and the meter.
+//!
+//! Threads: many application threads may launch at once. The pacing target
+//! is one atomic word (the unlimited path is one load); the meter and the
+//! estimates sit behind a mutex that launch paths only `try_lock`: a launch
+//! that finds it busy is charged the last estimate and goes unmeasured
+//! rather than wait for another thread. Never blocks in `admit`/`launched`
+//! beyond that, never allocates, never panics.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use vgpu_region::pacing::{Bucket, SlotPacing};
+
+use crate::estimate::{Estimates, Kind};
+use crate::law::{self, Decision, Params};
+use crate::meter::{Launched, Markers, Measured, Meter, MeterStats};
+use crate::policy::Target;
+
+/// The launch gate's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// Not paced (no limit, `disable`, not started): launch, then nothing.
+    Pass,
+    /// Launch now; hand the ticket to `launched`.
+    Go(Ticket),
+    /// Wait until `until_ns`, then ask again (a live change or a resume is
+    /// seen at the next ask: waits are at most one control period).
+    Wait {
+        /// CLOCK_MONOTONIC ns.
+        until_ns: u64,
+    },
+    /// Suspended: wait until `until_ns` (one period), then ask again.
+    /// Queries and synchronizes are not gated.
+    Suspended {
+        /// CLOCK_MONOTONIC ns.
+        until_ns: u64,
+    },
+}
+
+/// A launch the gate let through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    /// What the bucket was charged.
+    pub charge_ns: u64,
+    /// A burst marker covers it.
+    pub metered: bool,
+    /// Its stream.
+    pub stream: u64,
+    /// Its kind.
+    pub kind: Kind,
+    /// No estimate existed (a probe: measured before the next launch).
+    pub probe: bool,
+}
+
+/// The shared cells one launch touches: the container's bucket for the
+/// device, this process's slot record, and the device index in it.
+#[derive(Clone, Copy)]
+pub struct Cells<'a> {
+    /// The container's bucket (region, or a local one when failing closed).
+    pub bucket: Bucket<'a>,
+    /// This process's pacing record.
+    pub slot: SlotPacing<'a>,
+    /// The device's index in the region.
+    pub dev: u32,
+}
+
+struct Inner<M: Copy> {
+    meter: Meter<M>,
+    est: Estimates,
+    /// When the launch path last read markers.
+    polled_ns: u64,
+}
+
+/// One process's limiter on one device.
+pub struct Pacer<M: Copy> {
+    params: Params,
+    target: AtomicU64,
+    /// Kernel estimate for launches that cannot take the lock (0 = none).
+    kernel_est: AtomicU64,
+    inner: Mutex<Inner<M>>,
+}
+
+impl<M: Copy> Pacer<M> {
+    /// A pacer that passes everything until `set_target`.
+    pub fn new(params: Params) -> Pacer<M> {
+        Pacer {
+            params,
+            target: AtomicU64::new(0),
+            kernel_est: AtomicU64::new(0),
+            inner: Mutex::new(Inner {
+                meter: Meter::default(),
+                est: Estimates::default(),
+                polled_ns: 0,
+            }),
+        }
+    }
+
+    /// The tunables.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Sets what to pace to (a live limit change takes effect at the next
+    /// launch; a waiting launch sees it at its next ask, within a period).
+    pub fn set_target(&self, t: Target) {
+        self.target.store(t.pack(), Relaxed);
+    }
+
+    /// What it paces to now.
+    pub fn target(&self) -> Target {
+        Target::unpack(self.target.load(Relaxed))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<M>> {
+        // Nothing panics while holding it; a poisoned lock is still sound.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Before a launch of `kind` on `stream` at `now`: pass, go (charged,
+    /// maybe a start marker recorded), or wait.
+    pub fn admit<K: Markers<Mark = M>>(
+        &self,
+        k: &K,
+        cells: &Cells<'_>,
+        now_ns: u64,
+        stream: u64,
+        kind: Kind,
+    ) -> Admit {
+        let bucket = &cells.bucket;
+        let t = self.target();
+        if t.is_pass() {
+            return Admit::Pass;
+        }
+        let p = &self.params;
+        if t.is_suspended() {
+            return Admit::Suspended {
+                until_ns: now_ns + p.period_ns,
+            };
+        }
+        let Ok(mut g) = self.inner.try_lock() else {
+            // Another thread is metering: charge the estimate, unmeasured.
+            let est = self.kernel_est.load(Relaxed);
+            if est == 0 || kind != Kind::Kernel {
+                return Admit::Wait {
+                    until_ns: now_ns + p.min_wait_ns,
+                };
+            }
+            return match law::gate(bucket, now_ns, t.share_ppm, est, p) {
+                Decision::Go { charge_ns } => Admit::Go(Ticket {
+                    charge_ns,
+                    metered: false,
+                    stream,
+                    kind,
+                    probe: false,
+                }),
+                Decision::Wait { until_ns } => {
+                    bucket.count_wait();
+                    Admit::Wait { until_ns }
+                }
+            };
+        };
+        let g = &mut *g;
+        // Finished markers first, when due, or when the bucket is dry or a
+        // burst holds us (the wait should be decided on the truth).
+        let due = now_ns.saturating_sub(g.polled_ns) >= p.poll_every_ns
+            || bucket.credit() <= 0
+            || g.meter.blocked(now_ns, g.est.get(kind).is_some());
+        if due && g.meter.pending() > 0 {
+            g.polled_ns = now_ns;
+            self.drain(g, k, cells);
+        }
+        let est = g.est.get(kind);
+        if g.meter.blocked(now_ns, est.is_some()) {
+            let wait = (g.meter.unmeasured_ns() / 2).clamp(p.min_wait_ns, p.period_ns);
+            return Admit::Wait {
+                until_ns: now_ns + wait,
+            };
+        }
+        let charge = est.unwrap_or(p.initial_estimate_ns);
+        match law::gate(bucket, now_ns, t.share_ppm, charge, p) {
+            Decision::Go { charge_ns } => {
+                let metered = g.meter.before_launch(k, now_ns, stream, kind, p);
+                Admit::Go(Ticket {
+                    charge_ns,
+                    metered,
+                    stream,
+                    kind,
+                    probe: est.is_none(),
+                })
+            }
+            Decision::Wait { until_ns } => {
+                bucket.count_wait();
+                // The stream may run dry while we wait: measure what is
+                // queued now, so no burst spans the idle time.
+                g.meter.close_all(k, now_ns);
+                Admit::Wait { until_ns }
+            }
+        }
+    }
+
+    /// After the real launch returned (`ok`: the driver queued it):
+    /// counts it, refunds a launch that failed, and may close its burst.
+    pub fn launched<K: Markers<Mark = M>>(
+        &self,
+        k: &K,
+        cells: &Cells<'_>,
+        ticket: Ticket,
+        ok: bool,
+        waited_ns: u64,
+        now_ns: u64,
+    ) {
+        let p = &self.params;
+        if !ok {
+            cells.bucket.adjust(
+                i64::try_from(ticket.charge_ns).unwrap_or(i64::MAX),
+                law::bounds(self.target().share_ppm, p),
+            );
+        } else {
+            cells.slot.add_launches(cells.dev, 1, waited_ns);
+        }
+        if ticket.metered {
+            let mut g = self.lock();
+            let done = Launched {
+                stream: ticket.stream,
+                charged_ns: ticket.charge_ns,
+                ok,
+                estimated: !ticket.probe,
+            };
+            g.meter.after_launch(k, now_ns, done, p);
+        }
+    }
+
+    /// Before a synchronize (or a blocking copy, or a query the
+    /// application polls): closes open bursts so they are measured
+    /// without the host's time that follows.
+    pub fn before_sync<K: Markers<Mark = M>>(&self, k: &K, now_ns: u64) {
+        if self.target().is_pass() {
+            return;
+        }
+        self.lock().meter.close_all(k, now_ns);
+    }
+
+    /// Reads every measurement that is ready and applies it: the bucket
+    /// gets `charged − measured` back (or pays the shortfall), the
+    /// estimates learn, the slot's counters grow. For the owned thread and
+    /// after a synchronize; `admit` does it too.
+    pub fn poll<K: Markers<Mark = M>>(&self, k: &K, cells: &Cells<'_>) -> usize {
+        let mut g = self.lock();
+        self.drain(&mut g, k, cells)
+    }
+
+    fn drain<K: Markers<Mark = M>>(&self, g: &mut Inner<M>, k: &K, cells: &Cells<'_>) -> usize {
+        let (bucket, slot, dev) = (&cells.bucket, &cells.slot, cells.dev);
+        let b = law::bounds(self.target().share_ppm, &self.params);
+        let mut n = 0;
+        while let Some(m) = g.meter.poll(k) {
+            n += 1;
+            let Measured {
+                kind,
+                launches,
+                charged_ns,
+                measured_ns,
+            } = m;
+            let Some(ns) = measured_ns else { continue };
+            let delta = charged_ns as i128 - ns as i128;
+            bucket.adjust(delta.clamp(i64::MIN as i128, i64::MAX as i128) as i64, b);
+            bucket.add_measured(ns);
+            slot.add_measured(dev, ns);
+            g.est.add(kind, launches, ns);
+            if kind == Kind::Kernel {
+                let e = g.est.kernel_ns().max(1);
+                self.kernel_est.store(e, Relaxed);
+                slot.set_estimate(dev, e);
+            }
+        }
+        n
+    }
+
+    /// Drops every marker (fork child, exit, context loss).
+    pub fn clear<K: Markers<Mark = M>>(&self, k: &K) {
+        self.lock().meter.clear(k);
+    }
+
+    /// Meter counters.
+    pub fn stats(&self) -> MeterStats {
+        self.lock().meter.stats()
+    }
+
+    /// The kernel estimate, GPU-ns (0 = none yet).
+    pub fn kernel_estimate_ns(&self) -> u64 {
+        self.kernel_est.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meter::Elapsed;
+    use crate::policy::{target, Measurement, Settings};
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+    use vgpu_region::pacing::{zeroed_slot_pacing, LocalBucket};
+
+    /// A device that runs every launch at once for 40 µs of GPU time, in
+    /// launch order: a marker reads the GPU time queued before it.
+    struct Instant40 {
+        gpu_ns: AtomicU64,
+        released: AtomicU32,
+    }
+
+    impl Markers for Instant40 {
+        type Mark = u64;
+        fn record(&self, _stream: u64) -> Option<u64> {
+            Some(self.gpu_ns.load(Relaxed))
+        }
+        fn elapsed(&self, a: u64, b: u64) -> Elapsed {
+            Elapsed::Ready(b.saturating_sub(a))
+        }
+        fn release(&self, _m: u64) {
+            self.released.fetch_add(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn threads_launching_at_once_share_one_pacer() {
+        let pacer: Pacer<u64> = Pacer::new(Params::default());
+        let settings = Settings {
+            sm_limit: Some(30),
+            ..Settings::default()
+        };
+        let m = Measurement {
+            markers: true,
+            identity: true,
+        };
+        pacer.set_target(target(&settings, m));
+        let bucket = LocalBucket::new();
+        let slot = zeroed_slot_pacing();
+        let k = Instant40 {
+            gpu_ns: AtomicU64::new(0),
+            released: AtomicU32::new(0),
+        };
+        let clock = AtomicU64::new(1_000_000_000);
+        let gone = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..4u64 {
+                let (pacer, bucket, slot, k, clock, gone) =
+                    (&pacer, &bucket, &slot, &k, &clock, &gone);
+                sc.spawn(move || {
+                    let cells = Cells {
+                        bucket: bucket.bucket(),
+                        slot: SlotPacing::new(Some(slot), 1),
+                        dev: 0,
+                    };
+                    for _ in 0..5_000 {
+                        let now = clock.fetch_add(1_000, Relaxed);
+                        match pacer.admit(k, &cells, now, t, Kind::Kernel) {
+                            Admit::Go(ticket) => {
+                                k.gpu_ns.fetch_add(40_000, Relaxed);
+                                pacer.launched(k, &cells, ticket, true, 0, now);
+                                gone.fetch_add(1, Relaxed);
+                            }
+                            Admit::Wait { until_ns } => assert!(until_ns > now),
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    pacer.before_sync(k, clock.load(Relaxed));
+                    pacer.poll(k, &cells);
+                });
+            }
+        });
+        let cells = SlotPacing::new(Some(&slot), 1);
+        let (_, launches, _, _) = cells.counters(0);
+        assert_eq!(launches, gone.load(Relaxed), "every launch counted once");
+        let b = crate::law::bounds(300_000, &Params::default());
+        let c = bucket.bucket().credit();
+        assert!(c >= b.floor_ns && c <= b.cap_ns, "credit {c}");
+        // 20 ms of simulated time at 30 %: about 6 ms of 40 µs launches,
+        // plus the 6 ms bank; never the 20 000 asked for.
+        let n = gone.load(Relaxed);
+        assert!(n > 100 && n < 400, "{n} launches went");
+        assert!(pacer.kernel_estimate_ns() > 0);
+    }
+}

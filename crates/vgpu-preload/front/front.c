@@ -1,0 +1,279 @@
+/* libvgpu.so, the front object: the exports of the interposer and nothing
+ * else until the first CUDA, NVML or driver-dlsym call.
+ *
+ * With /etc/ld.so.preload this object is loaded into every process of the
+ * container (shells, `ls`, data-loader workers), and most of them never
+ * touch CUDA. Loading it must cost next to nothing: no constructor, no
+ * symbol relocation at load time, a few pages. Each export is a jump
+ * through a slot; the slots start empty, and the first call of any export
+ * loads the interposer proper (libvgpu_core.so, next to this file), binds
+ * the slots to its hooks and jumps on. Later calls cost one indirect jump.
+ *
+ * `dlsym` answers RTLD_NEXT itself with the caller's frame intact (the
+ * lookup stays relative to the caller), passes every other lookup to
+ * glibc, and asks the core to route only the `cu`- and `nvml`-names that are not our
+ * own exports.
+ *
+ * When the core cannot be loaded (a broken install), every hooked call
+ * fails (CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, NVML_ERROR_LIBRARY_NOT_FOUND)
+ * with one line on stderr: never a silent pass-through past the limits.
+ *
+ * Generated list: hooks.h (from the Rust hook table; a test fails when it
+ * is stale). x86_64 only; elsewhere libvgpu_core.so is preloaded directly.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <unistd.h>
+
+#include "hooks.h"
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+enum { N = HOOK_COUNT };
+
+/* The slots: zero until bound (no relocation at load). */
+HIDDEN void *vgpu_front_slots[N];
+/* glibc's dlsym, found once. */
+HIDDEN void *vgpu_front_real_dlsym;
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* One export per hook: jump through its slot, or take the slow path with
+ * the hook's index in r11d (arguments untouched). A hidden alias names the
+ * same address for the export table below. */
+#define H(i, name, lib)                                                   \
+    __asm__(".text\n"                                                     \
+            ".globl " #name "\n.type " #name ",@function\n"               \
+            ".hidden vgpu_front_h_" #i "\n"                               \
+            #name ":\nvgpu_front_h_" #i ":\n"                             \
+            "  movq vgpu_front_slots+8*" #i "(%rip), %r11\n"              \
+            "  testq %r11, %r11\n"                                        \
+            "  jz 1f\n"                                                   \
+            "  jmpq *%r11\n"                                              \
+            "1:\n"                                                        \
+            "  movl $" #i ", %r11d\n"                                     \
+            "  jmp vgpu_front_slow\n"                                     \
+            ".size " #name ", .-" #name "\n");                            \
+    extern void vgpu_front_h_##i(void) HIDDEN;
+HOOKS(H)
+#undef H
+
+/* The slow path: save the argument registers, resolve (loading the core
+ * the first time), restore, jump to whatever the slot now holds. */
+__asm__(".text\n"
+        ".hidden vgpu_front_slow\n.type vgpu_front_slow,@function\n"
+        "vgpu_front_slow:\n"
+        "  pushq %rdi\n  pushq %rsi\n  pushq %rdx\n"
+        "  pushq %rcx\n  pushq %r8\n  pushq %r9\n"
+        /* entry rsp = 8 mod 16; 6 pushes + 136 = 0 mod 16 for the call */
+        "  subq $136, %rsp\n"
+        "  movdqu %xmm0, 0(%rsp)\n  movdqu %xmm1, 16(%rsp)\n"
+        "  movdqu %xmm2, 32(%rsp)\n  movdqu %xmm3, 48(%rsp)\n"
+        "  movdqu %xmm4, 64(%rsp)\n  movdqu %xmm5, 80(%rsp)\n"
+        "  movdqu %xmm6, 96(%rsp)\n  movdqu %xmm7, 112(%rsp)\n"
+        "  movl %r11d, %edi\n"
+        "  call vgpu_front_resolve\n"
+        "  movdqu 0(%rsp), %xmm0\n  movdqu 16(%rsp), %xmm1\n"
+        "  movdqu 32(%rsp), %xmm2\n  movdqu 48(%rsp), %xmm3\n"
+        "  movdqu 64(%rsp), %xmm4\n  movdqu 80(%rsp), %xmm5\n"
+        "  movdqu 96(%rsp), %xmm6\n  movdqu 112(%rsp), %xmm7\n"
+        "  addq $136, %rsp\n"
+        "  popq %r9\n  popq %r8\n  popq %rcx\n"
+        "  popq %rdx\n  popq %rsi\n  popq %rdi\n"
+        "  jmpq *%rax\n"
+        ".size vgpu_front_slow, .-vgpu_front_slow\n");
+
+/* dlsym: RTLD_NEXT straight into glibc with the caller's frame (glibc
+ * reads its return address); everything else through vgpu_front_dlsym. */
+__asm__(".text\n"
+        ".globl dlsym\n.type dlsym,@function\n"
+        "dlsym:\n"
+        "  cmpq $-1, %rdi\n"
+        "  jne 2f\n"
+        "  movq vgpu_front_real_dlsym(%rip), %rax\n"
+        "  testq %rax, %rax\n"
+        "  jz 3f\n"
+        "  jmpq *%rax\n"
+        "3:\n"
+        "  pushq %rdi\n  pushq %rsi\n  subq $8, %rsp\n"
+        "  call vgpu_front_find_dlsym\n"
+        "  addq $8, %rsp\n  popq %rsi\n  popq %rdi\n"
+        "  testq %rax, %rax\n"
+        "  jz 4f\n"
+        "  jmpq *%rax\n"
+        "4:\n"
+        "  ret\n"
+        "2:\n"
+        "  jmp vgpu_front_dlsym\n"
+        ".size dlsym, .-dlsym\n");
+
+typedef void *(*dlsym_fn)(void *, const char *);
+typedef const void *const *(*bind_fn)(unsigned, const char *const *, void *const *, size_t, void *);
+typedef void *(*route_fn)(const char *, void *);
+
+static const char names[] = HOOKS(HOOK_NAME);
+static const char libs[] = HOOKS(HOOK_LIB);
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void *core;
+static route_fn core_route;
+
+static int fail_cuda(void) { return 303; /* CUDA_ERROR_SHARED_OBJECT_INIT_FAILED */ }
+static int fail_nvml(void) { return 12; /* NVML_ERROR_LIBRARY_NOT_FOUND */ }
+
+HIDDEN void *vgpu_front_find_dlsym(void) {
+    void *p = __atomic_load_n(&vgpu_front_real_dlsym, __ATOMIC_ACQUIRE);
+    if (p)
+        return p;
+    p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!p)
+        p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    __atomic_store_n(&vgpu_front_real_dlsym, p, __ATOMIC_RELEASE);
+    return p;
+}
+
+static size_t len(const char *s) {
+    size_t n = 0;
+    while (s[n])
+        n++;
+    return n;
+}
+
+/* One line on stderr: "[vgpu] <pid> error: <a><b><c>". */
+static void say(const char *a, const char *b, const char *c) {
+    char buf[1024];
+    size_t n = 0;
+    const char *head = "[vgpu] ";
+    for (size_t i = 0; head[i] && n < sizeof buf; i++)
+        buf[n++] = head[i];
+    char digits[16];
+    int d = 0;
+    for (unsigned pid = (unsigned)getpid(); d == 0 || pid; pid /= 10)
+        digits[d++] = (char)('0' + pid % 10);
+    while (d && n < sizeof buf)
+        buf[n++] = digits[--d];
+    const char *parts[] = {" error: ", a, b, c};
+    for (int k = 0; k < 4; k++)
+        for (size_t i = 0; parts[k] && parts[k][i] && n < sizeof buf - 1; i++)
+            buf[n++] = parts[k][i];
+    buf[n++] = '\n';
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(2, buf + off, n - off);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+}
+
+static void *fail_of(unsigned i) {
+    return libs[i] == 'n' ? (void *)fail_nvml : (void *)fail_cuda;
+}
+
+static void load_core(void) {
+    dlsym_fn real = (dlsym_fn)vgpu_front_find_dlsym();
+    Dl_info info;
+    char path[4096];
+    const char *why = "cannot find libvgpu.so's own path";
+    if (real && dladdr((void *)load_core, &info) && info.dli_fname) {
+        size_t n = len(info.dli_fname), cut = 0;
+        for (size_t i = 0; i < n; i++)
+            if (info.dli_fname[i] == '/')
+                cut = i + 1;
+        const char *core_name = "libvgpu_core.so";
+        size_t m = len(core_name);
+        if (cut + m < sizeof path) {
+            for (size_t i = 0; i < cut; i++)
+                path[i] = info.dli_fname[i];
+            for (size_t i = 0; i <= m; i++)
+                path[cut + i] = core_name[i];
+            core = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+            why = core ? NULL : dlerror();
+        }
+    }
+    const void *const *impl = NULL;
+    if (core) {
+        bind_fn bind = (bind_fn)real(core, "vgpu_core_bind");
+        core_route = (route_fn)real(core, "vgpu_core_route_dlsym");
+        const char *name_of[N];
+        void *export_of[N] = {
+#define H(i, name, lib) (void *)vgpu_front_h_##i,
+            HOOKS(H)
+#undef H
+        };
+        const char *p = names;
+        for (unsigned i = 0; i < N; i++) {
+            name_of[i] = p;
+            p += len(p) + 1;
+        }
+        impl = bind && core_route ? bind(1, name_of, export_of, N, (void *)real) : NULL;
+        if (!impl)
+            why = "libvgpu_core.so does not bind (a different build?)";
+    }
+    if (!impl) {
+        core_route = NULL;
+        say("cannot load the interposer (", why ? why : "unknown error",
+            "); every CUDA and NVML call through libvgpu.so fails");
+    }
+    for (unsigned i = 0; i < N; i++) {
+        void *t = impl && impl[i] ? (void *)impl[i] : fail_of(i);
+        __atomic_store_n(&vgpu_front_slots[i], t, __ATOMIC_RELEASE);
+    }
+}
+
+HIDDEN void *vgpu_front_resolve(unsigned i) {
+    pthread_once(&once, load_core);
+    void *t = __atomic_load_n(&vgpu_front_slots[i], __ATOMIC_ACQUIRE);
+    return t ? t : fail_of(i);
+}
+
+/* dlsym for every handle but RTLD_NEXT. */
+HIDDEN void *vgpu_front_dlsym(void *handle, const char *name) {
+    dlsym_fn real = (dlsym_fn)vgpu_front_find_dlsym();
+    if (!real)
+        return NULL;
+    void *found = real(handle, name);
+    if (!found || !name)
+        return found;
+    int cuda = name[0] == 'c' && name[1] == 'u';
+    int nvml = name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l';
+    if (!cuda && !nvml)
+        return found;
+    /* Our own export (a lookup in the global scope): nothing to route. */
+    Dl_info a, b;
+    if (dladdr(found, &a) && dladdr((void *)vgpu_front_dlsym, &b) && a.dli_fbase == b.dli_fbase)
+        return found;
+    pthread_once(&once, load_core);
+    if (core_route)
+        return core_route(name, found);
+    /* No core: a hooked name gets our (failing) export, never the driver. */
+    const char *p = names;
+    for (unsigned i = 0; i < N; i++) {
+        const char *q = name;
+        const char *r = p;
+        while (*q && *q == *r)
+            q++, r++;
+        if (!*q && !*r) {
+            void *exports[N] = {
+#define H(i, name, lib) (void *)vgpu_front_h_##i,
+                HOOKS(H)
+#undef H
+            };
+            return exports[i];
+        }
+        p += len(p) + 1;
+    }
+    return found;
+}
+
+/* The coverage table, from the core (`vgpu hooks`). */
+__attribute__((visibility("default"))) const char *vgpu_hook_table(void) {
+    pthread_once(&once, load_core);
+    dlsym_fn real = (dlsym_fn)vgpu_front_find_dlsym();
+    if (!core || !real)
+        return NULL;
+    const char *(*t)(void) = (const char *(*)(void))real(core, "vgpu_hook_table");
+    return t ? t() : NULL;
+}

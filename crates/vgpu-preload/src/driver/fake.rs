@@ -1,0 +1,715 @@
+//! Test doubles of [`CudaDriver`] and [`NvmlDriver`] (youki's
+//! `TestHelperSyscall` model): every call is recorded by name, answers come
+//! from a small device model, and any call can be scripted to fail next.
+//!
+//! The model is what the policy tests need and no more: devices with a
+//! total and a current one, linear allocations, pools whose reserved
+//! memory grows in `pool_step` increments and shrinks only at a trim or a
+//! synchronize, VMM handles, primary-context reference counts, contexts,
+//! and an NVML side with handles, UUIDs and memory info.
+#![allow(clippy::unwrap_used)]
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_void, CStr};
+use std::sync::Mutex;
+
+use vgpu_cuda_abi::*;
+
+use super::{cu_ok, CuResult, CudaDriver, NvmlDriver, NvmlResult, ProcessInfo};
+
+#[derive(Clone, Debug, Default)]
+pub struct FakePool {
+    pub dev: CUdevice,
+    pub reserved: u64,
+    pub used: u64,
+    /// In host memory (not charged).
+    pub host: bool,
+    pub live: bool,
+}
+
+#[derive(Default)]
+pub struct CudaState {
+    /// Per device: total bytes.
+    pub totals: Vec<u64>,
+    pub uuids: Vec<String>,
+    pub current: CUdevice,
+    /// Bytes the device has handed out (allocations + pools' reserved).
+    pub in_use: Vec<u64>,
+    pub allocs: HashMap<CUdeviceptr, (CUdevice, u64)>,
+    pub pools: HashMap<usize, FakePool>,
+    /// Stream-ordered pointer -> (pool, bytes).
+    pub async_ptrs: HashMap<CUdeviceptr, (usize, u64)>,
+    pub handles: HashMap<u64, (CUdevice, u64)>,
+    pub primary: HashMap<CUdevice, u32>,
+    pub ctxs: HashMap<usize, CUdevice>,
+    /// Pools grow their reserved memory in steps of this many bytes.
+    pub pool_step: u64,
+    /// Pitch alignment of `mem_alloc_pitch`.
+    pub pitch_align: usize,
+    next: u64,
+    /// Scripted answers: the next call of that name fails with the code.
+    fail: HashMap<&'static str, VecDeque<CUresult>>,
+    pub calls: Vec<&'static str>,
+}
+
+/// A scripted CUDA driver.
+pub struct FakeCuda(pub Mutex<CudaState>);
+
+impl FakeCuda {
+    /// `devices` devices of `total` bytes each; pools step by 2 MiB.
+    pub fn new(devices: usize, total: u64) -> FakeCuda {
+        FakeCuda(Mutex::new(CudaState {
+            totals: vec![total; devices],
+            uuids: (0..devices)
+                .map(|i| format!("GPU-fake{i:04}-0000-0000-0000-000000000000"))
+                .collect(),
+            in_use: vec![0; devices],
+            pool_step: 2 << 20,
+            pitch_align: 512,
+            next: 0x7f00_0000_0000,
+            ..CudaState::default()
+        }))
+    }
+
+    pub fn state(&self) -> std::sync::MutexGuard<'_, CudaState> {
+        self.0.lock().unwrap()
+    }
+
+    /// The next call named `call` answers `code`.
+    pub fn fail_next(&self, call: &'static str, code: CUresult) {
+        self.state().fail.entry(call).or_default().push_back(code);
+    }
+
+    /// How many times `call` was made.
+    pub fn count(&self, call: &str) -> usize {
+        self.state().calls.iter().filter(|c| **c == call).count()
+    }
+
+    pub fn set_current(&self, dev: CUdevice) {
+        self.state().current = dev;
+    }
+
+    /// A pool's (reserved, used).
+    pub fn pool(&self, pool: CUmemoryPool) -> (u64, u64) {
+        let s = self.state();
+        let p = &s.pools[&(pool.0 as usize)];
+        (p.reserved, p.used)
+    }
+
+    /// Bytes the device has handed out.
+    pub fn in_use(&self, dev: CUdevice) -> u64 {
+        self.state().in_use[dev as usize]
+    }
+
+    /// Gives back what a pool holds above its use (as a synchronize does
+    /// for a pool above its release threshold, here 0).
+    pub fn pool_release_unused(&self, pool: CUmemoryPool) {
+        let mut s = self.state();
+        let step = s.pool_step;
+        let p = s.pools.get_mut(&(pool.0 as usize)).unwrap();
+        let keep = p.used.div_ceil(step) * step;
+        let freed = p.reserved.saturating_sub(keep);
+        p.reserved -= freed;
+        let (dev, host) = (p.dev, p.host);
+        if !host {
+            s.in_use[dev as usize] -= freed;
+        }
+    }
+}
+
+fn pool_key(p: CUmemoryPool) -> usize {
+    p.0 as usize
+}
+
+impl CudaState {
+    fn enter(&mut self, call: &'static str) -> CuResult<()> {
+        self.calls.push(call);
+        match self.fail.get_mut(call).and_then(VecDeque::pop_front) {
+            Some(code) => Err(code),
+            None => Ok(()),
+        }
+    }
+
+    fn handle(&mut self) -> u64 {
+        self.next += 0x20_0000;
+        self.next
+    }
+
+    fn take(&mut self, dev: CUdevice, bytes: u64) -> CuResult<()> {
+        let d = dev as usize;
+        if d >= self.totals.len() {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        if self.in_use[d] + bytes > self.totals[d] {
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        self.in_use[d] += bytes;
+        Ok(())
+    }
+
+    fn pool_alloc(&mut self, key: usize, bytes: u64) -> CuResult<CUdeviceptr> {
+        let step = self.pool_step;
+        let Some(p) = self.pools.get(&key).filter(|p| p.live).cloned() else {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        };
+        let need = (p.used + bytes).saturating_sub(p.reserved);
+        let grow = need.div_ceil(step) * step;
+        if grow > 0 && !p.host {
+            self.take(p.dev, grow)?;
+        }
+        let pl = self.pools.get_mut(&key).unwrap();
+        pl.reserved += grow;
+        pl.used += bytes;
+        let ptr = self.handle();
+        self.async_ptrs.insert(ptr, (key, bytes));
+        Ok(ptr)
+    }
+
+    fn default_pool(&mut self, dev: CUdevice) -> usize {
+        // Default pools: one per device, keyed 0x1000 + dev.
+        let key = 0x1000 + dev as usize;
+        self.pools.entry(key).or_insert(FakePool {
+            dev,
+            live: true,
+            ..FakePool::default()
+        });
+        key
+    }
+}
+
+impl CudaDriver for FakeCuda {
+    fn init(&self, _flags: u32) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuInit").err().unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn device_count(&self) -> CuResult<u32> {
+        let mut s = self.state();
+        s.enter("cuDeviceGetCount")?;
+        Ok(s.totals.len() as u32)
+    }
+    fn device_get(&self, ordinal: u32) -> CuResult<CUdevice> {
+        let mut s = self.state();
+        s.enter("cuDeviceGet")?;
+        if (ordinal as usize) < s.totals.len() {
+            Ok(ordinal as CUdevice)
+        } else {
+            Err(CUresult::CUDA_ERROR_INVALID_DEVICE)
+        }
+    }
+    fn device_uuid(&self, dev: CUdevice) -> CuResult<CUuuid> {
+        let mut s = self.state();
+        s.enter("cuDeviceGetUuid_v2")?;
+        let mut u = CUuuid::default();
+        u.bytes[0] = 0x10;
+        u.bytes[15] = dev as std::ffi::c_char;
+        Ok(u)
+    }
+    fn device_attribute(&self, attr: CUdevice_attribute, _dev: CUdevice) -> CuResult<i32> {
+        let mut s = self.state();
+        s.enter("cuDeviceGetAttribute")?;
+        match attr {
+            CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => Ok(108),
+            _ => Ok(0),
+        }
+    }
+    fn device_total_mem(&self, dev: CUdevice) -> CuResult<usize> {
+        let mut s = self.state();
+        s.enter("cuDeviceTotalMem_v2")?;
+        s.totals
+            .get(dev as usize)
+            .map(|&t| t as usize)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+    }
+    fn ctx_device(&self) -> CuResult<CUdevice> {
+        let mut s = self.state();
+        s.enter("cuCtxGetDevice")?;
+        Ok(s.current)
+    }
+    fn ctx_current(&self) -> CuResult<CUcontext> {
+        let mut s = self.state();
+        s.enter("cuCtxGetCurrent")?;
+        Ok(CUcontext((0x100 + s.current as usize) as *mut c_void))
+    }
+    fn ctx_set_current(&self, _ctx: CUcontext) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuCtxSetCurrent")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn ctx_synchronize(&self) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuCtxSynchronize")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn ctx_create(&self, _flags: u32, dev: CUdevice) -> CuResult<CUcontext> {
+        let mut s = self.state();
+        s.enter("cuCtxCreate_v2")?;
+        let h = s.handle() as usize;
+        s.ctxs.insert(h, dev);
+        Ok(CUcontext(h as *mut c_void))
+    }
+    fn ctx_destroy(&self, ctx: CUcontext) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuCtxDestroy_v2") {
+            return e;
+        }
+        match s.ctxs.remove(&(ctx.0 as usize)) {
+            Some(_) => CUresult::CUDA_SUCCESS,
+            None => CUresult::CUDA_ERROR_INVALID_CONTEXT,
+        }
+    }
+    fn primary_retain(&self, dev: CUdevice) -> CuResult<CUcontext> {
+        let mut s = self.state();
+        s.enter("cuDevicePrimaryCtxRetain")?;
+        *s.primary.entry(dev).or_insert(0) += 1;
+        Ok(CUcontext((0x100 + dev as usize) as *mut c_void))
+    }
+    fn primary_release(&self, dev: CUdevice) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuDevicePrimaryCtxRelease_v2") {
+            return e;
+        }
+        match s.primary.get_mut(&dev) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                CUresult::CUDA_SUCCESS
+            }
+            _ => CUresult::CUDA_ERROR_INVALID_CONTEXT,
+        }
+    }
+    fn mem_get_info(&self) -> CuResult<(usize, usize)> {
+        let mut s = self.state();
+        s.enter("cuMemGetInfo_v2")?;
+        let d = s.current as usize;
+        Ok(((s.totals[d] - s.in_use[d]) as usize, s.totals[d] as usize))
+    }
+    fn mem_alloc(&self, bytes: usize) -> CuResult<CUdeviceptr> {
+        let mut s = self.state();
+        s.enter("cuMemAlloc_v2")?;
+        let dev = s.current;
+        s.take(dev, bytes as u64)?;
+        let p = s.handle();
+        s.allocs.insert(p, (dev, bytes as u64));
+        Ok(p)
+    }
+    fn mem_alloc_pitch(
+        &self,
+        width: usize,
+        height: usize,
+        _elem: u32,
+    ) -> CuResult<(CUdeviceptr, usize)> {
+        let mut s = self.state();
+        s.enter("cuMemAllocPitch_v2")?;
+        let pitch = width.div_ceil(s.pitch_align) * s.pitch_align;
+        let bytes = (pitch * height) as u64;
+        let dev = s.current;
+        s.take(dev, bytes)?;
+        let p = s.handle();
+        s.allocs.insert(p, (dev, bytes));
+        Ok((p, pitch))
+    }
+    fn mem_free(&self, ptr: CUdeviceptr) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuMemFree_v2") {
+            return e;
+        }
+        if let Some((dev, b)) = s.allocs.remove(&ptr) {
+            s.in_use[dev as usize] -= b;
+            return CUresult::CUDA_SUCCESS;
+        }
+        if let Some((pool, b)) = s.async_ptrs.remove(&ptr) {
+            if let Some(p) = s.pools.get_mut(&pool) {
+                p.used -= b;
+            }
+            return CUresult::CUDA_SUCCESS;
+        }
+        CUresult::CUDA_ERROR_INVALID_VALUE
+    }
+    fn mem_create(
+        &self,
+        size: usize,
+        prop: &CUmemAllocationProp,
+    ) -> CuResult<CUmemGenericAllocationHandle> {
+        let mut s = self.state();
+        s.enter("cuMemCreate")?;
+        let dev = prop.location.id;
+        if prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+            s.take(dev, size as u64)?;
+        }
+        let h = s.handle();
+        let bytes = if prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+            size as u64
+        } else {
+            0
+        };
+        s.handles.insert(h, (dev, bytes));
+        Ok(h)
+    }
+    fn mem_release(&self, handle: CUmemGenericAllocationHandle) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuMemRelease") {
+            return e;
+        }
+        match s.handles.remove(&handle) {
+            Some((dev, b)) => {
+                if b > 0 {
+                    s.in_use[dev as usize] -= b;
+                }
+                CUresult::CUDA_SUCCESS
+            }
+            None => CUresult::CUDA_ERROR_INVALID_VALUE,
+        }
+    }
+    fn array_create(&self, desc: &CUDA_ARRAY_DESCRIPTOR) -> CuResult<CUarray> {
+        let mut s = self.state();
+        s.enter("cuArrayCreate_v2")?;
+        let bytes = (desc.Width.max(1) * desc.Height.max(1) * desc.NumChannels as usize * 4) as u64;
+        let dev = s.current;
+        s.take(dev, bytes)?;
+        let h = s.handle();
+        s.allocs.insert(h, (dev, bytes));
+        Ok(CUarray(h as *mut c_void))
+    }
+    fn array_destroy(&self, array: CUarray) -> CUresult {
+        self.mem_free(array.0 as u64)
+    }
+    fn mem_alloc_async(&self, bytes: usize, _stream: CUstream) -> CuResult<CUdeviceptr> {
+        let mut s = self.state();
+        s.enter("cuMemAllocAsync")?;
+        let dev = s.current;
+        let key = s.default_pool(dev);
+        s.pool_alloc(key, bytes as u64)
+    }
+    fn mem_alloc_from_pool_async(
+        &self,
+        bytes: usize,
+        pool: CUmemoryPool,
+        _stream: CUstream,
+    ) -> CuResult<CUdeviceptr> {
+        let mut s = self.state();
+        s.enter("cuMemAllocFromPoolAsync")?;
+        s.pool_alloc(pool_key(pool), bytes as u64)
+    }
+    fn mem_free_async(&self, ptr: CUdeviceptr, _stream: CUstream) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuMemFreeAsync") {
+            return e;
+        }
+        match s.async_ptrs.remove(&ptr) {
+            Some((pool, b)) => {
+                if let Some(p) = s.pools.get_mut(&pool) {
+                    p.used -= b;
+                }
+                CUresult::CUDA_SUCCESS
+            }
+            None => CUresult::CUDA_ERROR_INVALID_VALUE,
+        }
+    }
+    fn pool_create(&self, props: &CUmemPoolProps) -> CuResult<CUmemoryPool> {
+        let mut s = self.state();
+        s.enter("cuMemPoolCreate")?;
+        let h = s.handle() as usize;
+        s.pools.insert(
+            h,
+            FakePool {
+                dev: props.location.id,
+                host: props.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE,
+                live: true,
+                ..FakePool::default()
+            },
+        );
+        Ok(CUmemoryPool(h as *mut c_void))
+    }
+    fn pool_destroy(&self, pool: CUmemoryPool) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuMemPoolDestroy") {
+            return e;
+        }
+        let step = s.pool_step;
+        let Some(p) = s.pools.get_mut(&pool_key(pool)) else {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        };
+        // Unused memory goes back now; what allocations still use stays
+        // until they are freed (modelled as staying reserved).
+        p.live = false;
+        let keep = p.used.div_ceil(step) * step;
+        let freed = p.reserved.saturating_sub(keep);
+        p.reserved -= freed;
+        let (dev, host) = (p.dev, p.host);
+        if !host {
+            s.in_use[dev as usize] -= freed;
+        }
+        CUresult::CUDA_SUCCESS
+    }
+    fn pool_trim_to(&self, pool: CUmemoryPool, keep: usize) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuMemPoolTrimTo") {
+            return e;
+        }
+        let step = s.pool_step;
+        let Some(p) = s.pools.get_mut(&pool_key(pool)) else {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        };
+        // cuda.h: releases memory "until the pool contains fewer than
+        // minBytesToKeep reserved bytes, or there is no more memory that
+        // the allocator can safely release" (here: whole unused steps).
+        let floor = p.used.div_ceil(step) * step;
+        let before = p.reserved;
+        while p.reserved > floor && (keep == 0 || p.reserved >= keep as u64) {
+            p.reserved -= step;
+        }
+        let freed = before - p.reserved;
+        let (dev, host) = (p.dev, p.host);
+        if !host {
+            s.in_use[dev as usize] -= freed;
+        }
+        CUresult::CUDA_SUCCESS
+    }
+    fn pool_attribute(&self, pool: CUmemoryPool, attr: CUmemPool_attribute) -> CuResult<u64> {
+        let mut s = self.state();
+        s.enter("cuMemPoolGetAttribute")?;
+        let p = s
+            .pools
+            .get(&pool_key(pool))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        match attr {
+            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => Ok(p.reserved),
+            CU_MEMPOOL_ATTR_USED_MEM_CURRENT => Ok(p.used),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    fn current_pool(&self, dev: CUdevice) -> CuResult<CUmemoryPool> {
+        let mut s = self.state();
+        s.enter("cuDeviceGetMemPool")?;
+        let key = s.default_pool(dev);
+        Ok(CUmemoryPool(key as *mut c_void))
+    }
+    fn stream_create(&self, _flags: u32) -> CuResult<CUstream> {
+        let mut s = self.state();
+        s.enter("cuStreamCreate")?;
+        Ok(CUstream(s.handle() as *mut c_void))
+    }
+    fn stream_destroy(&self, _stream: CUstream) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuStreamDestroy_v2")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn stream_query(&self, _stream: CUstream) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuStreamQuery")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn stream_synchronize(&self, _stream: CUstream) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuStreamSynchronize")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn event_create(&self, _flags: u32) -> CuResult<CUevent> {
+        let mut s = self.state();
+        s.enter("cuEventCreate")?;
+        Ok(CUevent(s.handle() as *mut c_void))
+    }
+    fn event_record(&self, _event: CUevent, _stream: CUstream) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuEventRecord")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn event_query(&self, _event: CUevent) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuEventQuery")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn event_synchronize(&self, _event: CUevent) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuEventSynchronize")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn event_elapsed_ms(&self, _start: CUevent, _end: CUevent) -> CuResult<f32> {
+        let mut s = self.state();
+        s.enter("cuEventElapsedTime")?;
+        Ok(1.0)
+    }
+    fn event_destroy(&self, _event: CUevent) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuEventDestroy_v2")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    unsafe fn launch_kernel(
+        &self,
+        _f: CUfunction,
+        _grid: [u32; 3],
+        _block: [u32; 3],
+        _shared_mem: u32,
+        _stream: CUstream,
+        _params: *mut *mut c_void,
+        _extra: *mut *mut c_void,
+    ) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuLaunchKernel")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+    fn graph_launch(&self, _exec: CUgraphExec, _stream: CUstream) -> CUresult {
+        let mut s = self.state();
+        s.enter("cuGraphLaunch")
+            .err()
+            .unwrap_or(CUresult::CUDA_SUCCESS)
+    }
+}
+
+/// A scripted NVML: `devices` physical devices, handle i = 0x5000 + i.
+pub struct FakeNvml {
+    pub uuids: Vec<String>,
+    pub memory: Vec<nvmlMemory_t>,
+    pub processes: Mutex<Vec<Vec<ProcessInfo>>>,
+    pub calls: Mutex<Vec<&'static str>>,
+    /// Answers of `device_count` while NVML is "not initialized".
+    pub uninitialized: std::sync::atomic::AtomicBool,
+}
+
+impl FakeNvml {
+    pub fn new(uuids: &[&str], total: u64) -> FakeNvml {
+        FakeNvml {
+            uuids: uuids.iter().map(|s| s.to_string()).collect(),
+            memory: vec![
+                nvmlMemory_t {
+                    total,
+                    free: total,
+                    used: 0
+                };
+                uuids.len()
+            ],
+            processes: Mutex::new(vec![Vec::new(); uuids.len()]),
+            calls: Mutex::new(Vec::new()),
+            uninitialized: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn handle(i: usize) -> nvmlDevice_t {
+        nvmlDevice_t((0x5000 + i) as *mut c_void)
+    }
+
+    fn index(&self, dev: nvmlDevice_t) -> NvmlResult<usize> {
+        let i = (dev.0 as usize).wrapping_sub(0x5000);
+        if i < self.uuids.len() {
+            Ok(i)
+        } else {
+            Err(nvmlReturn_t::NVML_ERROR_INVALID_ARGUMENT)
+        }
+    }
+
+    fn note(&self, c: &'static str) {
+        self.calls.lock().unwrap().push(c);
+    }
+
+    pub fn count(&self, call: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| **c == call)
+            .count()
+    }
+}
+
+impl NvmlDriver for FakeNvml {
+    fn init(&self) -> nvmlReturn_t {
+        self.note("nvmlInit_v2");
+        nvmlReturn_t::NVML_SUCCESS
+    }
+    fn shutdown(&self) -> nvmlReturn_t {
+        self.note("nvmlShutdown");
+        nvmlReturn_t::NVML_SUCCESS
+    }
+    fn device_count(&self) -> NvmlResult<u32> {
+        self.note("nvmlDeviceGetCount_v2");
+        if self
+            .uninitialized
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(nvmlReturn_t::NVML_ERROR_UNINITIALIZED);
+        }
+        Ok(self.uuids.len() as u32)
+    }
+    fn device_by_index(&self, index: u32) -> NvmlResult<nvmlDevice_t> {
+        self.note("nvmlDeviceGetHandleByIndex_v2");
+        if (index as usize) < self.uuids.len() {
+            Ok(Self::handle(index as usize))
+        } else {
+            Err(nvmlReturn_t::NVML_ERROR_INVALID_ARGUMENT)
+        }
+    }
+    fn device_by_uuid(&self, uuid: &CStr) -> NvmlResult<nvmlDevice_t> {
+        self.note("nvmlDeviceGetHandleByUUID");
+        let u = uuid.to_string_lossy();
+        self.uuids
+            .iter()
+            .position(|x| *x == u)
+            .map(Self::handle)
+            .ok_or(nvmlReturn_t::NVML_ERROR_NOT_FOUND)
+    }
+    fn device_uuid(&self, dev: nvmlDevice_t) -> NvmlResult<String> {
+        self.note("nvmlDeviceGetUUID");
+        Ok(self.uuids[self.index(dev)?].clone())
+    }
+    fn device_index(&self, dev: nvmlDevice_t) -> NvmlResult<u32> {
+        self.note("nvmlDeviceGetIndex");
+        self.index(dev).map(|i| i as u32)
+    }
+    fn memory_info(&self, dev: nvmlDevice_t) -> NvmlResult<nvmlMemory_t> {
+        self.note("nvmlDeviceGetMemoryInfo");
+        Ok(self.memory[self.index(dev)?])
+    }
+    fn running_processes(&self, dev: nvmlDevice_t) -> NvmlResult<Vec<ProcessInfo>> {
+        self.note("nvmlDeviceGetComputeRunningProcesses_v3");
+        let i = self.index(dev)?;
+        Ok(self.processes.lock().unwrap()[i].clone())
+    }
+    fn utilization(&self, dev: nvmlDevice_t) -> NvmlResult<nvmlUtilization_t> {
+        self.note("nvmlDeviceGetUtilizationRates");
+        self.index(dev)?;
+        Ok(nvmlUtilization_t::default())
+    }
+    fn process_utilization(
+        &self,
+        dev: nvmlDevice_t,
+        _since_us: u64,
+    ) -> NvmlResult<Vec<nvmlProcessUtilizationSample_t>> {
+        self.note("nvmlDeviceGetProcessUtilization");
+        self.index(dev)?;
+        Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fake_records_calls_and_follows_its_script() {
+        let d = FakeCuda::new(1, 1 << 30);
+        let p = d.mem_alloc(4096).unwrap();
+        assert_eq!(d.in_use(0), 4096);
+        d.fail_next("cuMemAlloc_v2", CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        assert_eq!(d.mem_alloc(1), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(cu_ok(d.mem_free(p)).is_ok());
+        assert_eq!(d.count("cuMemAlloc_v2"), 2);
+        assert_eq!(d.in_use(0), 0);
+        // Pools reserve in steps and keep them until trimmed.
+        let pool = d.current_pool(0).unwrap();
+        let a = d.mem_alloc_async(3 << 20, CUstream::NULL).unwrap();
+        assert_eq!(d.pool(pool), (4 << 20, 3 << 20));
+        assert!(cu_ok(d.mem_free_async(a, CUstream::NULL)).is_ok());
+        assert_eq!(d.pool(pool), (4 << 20, 0));
+        assert!(cu_ok(d.pool_trim_to(pool, 0)).is_ok());
+        assert_eq!(d.pool(pool), (0, 0));
+        assert_eq!(d.in_use(0), 0);
+    }
+}

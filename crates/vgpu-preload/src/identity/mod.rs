@@ -1,0 +1,360 @@
+//! Host-PID identity inside libvgpu.so (docs/design.md section 6).
+//!
+//! Memory limits need no host PID, so `cuInit` never waits for identity
+//! (unless `LIBVGPU_IDENTITY=eager` asks for it, which the burst bench uses
+//! to measure each tier). The SM limiter needs it, so identity resolves at
+//! first need, once per process:
+//!
+//! - the first context this process creates (`cuCtxCreate*`, the first
+//!   `cuDevicePrimaryCtxRetain`) when an SM limit is configured: the last
+//!   moment the NVML probe can work, since a process that already holds a
+//!   context is in the "before" snapshot and can never appear as new;
+//! - otherwise the first limited launch (the launch gate).
+//!
+//! Tiers, first that works wins: same PID namespace as the host
+//! (`getpid()`), broker, trusted procfs, NVML probe (only while the process
+//! holds no context). `vgpu-identity` owns the chain and its order
+//! (`LIBVGPU_IDENTITY_TIERS` forces an order/subset); this module decides
+//! when it runs, the retries, and what the slot and the log say.
+//!
+//! Failure is never silent and never turns SM limiting off: the slot says
+//! `Failed` with the reason and the attempts, one warning line is written,
+//! and later limited launches retry with exponential backoff (1 s doubling to
+//! 60 s); between retries a launch costs one atomic load and a clock read.
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use vgpu_identity::probe::ProbeDriver;
+use vgpu_identity::resolve::{Resolution, ResolveConfig};
+use vgpu_identity::{tier_name, FailureCode, IdentityTier};
+use vgpu_region::{IdentityState, Phase};
+
+use crate::attach::Proc;
+use crate::config;
+use crate::process;
+
+pub mod probe;
+
+/// The chain's configuration from the environment's, for a probe on CUDA
+/// device `probe_device`.
+pub fn resolve_config(s: &config::Identity, probe_device: u32) -> ResolveConfig {
+    let mut cfg = ResolveConfig {
+        order: s.tiers.clone(),
+        broker: s.broker.clone(),
+        procfs: s.procfs.clone(),
+        ..ResolveConfig::default()
+    };
+    cfg.probe = s.probe.clone();
+    cfg.probe.device = probe_device;
+    cfg
+}
+
+static FORK_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Registers this module's fork-child reset (once).
+fn register_fork() {
+    if !FORK_REGISTERED.swap(true, Ordering::AcqRel) {
+        process::on_fork_child(on_fork_child);
+    }
+}
+
+// Process-wide state. STATE moves NotStarted -> Running -> Resolved/Failed,
+// Failed -> Running again when a retry is due; only the thread that wins the
+// CAS to Running resolves, the others never wait for it.
+const NOT_STARTED: u8 = 0;
+const RUNNING: u8 = 1;
+const RESOLVED: u8 = 2;
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+/// 0: not resolved yet.
+static HOST_PID: AtomicU32 = AtomicU32::new(0);
+/// Tier attempts over all resolutions of this process.
+static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
+/// Failed resolutions (drives the backoff).
+static FAILURES: AtomicU32 = AtomicU32::new(0);
+/// CLOCK_MONOTONIC ns before which a failed identity is not retried.
+static NEXT_RETRY_NS: AtomicU64 = AtomicU64::new(0);
+/// This process has created (or is creating) a context: the probe can no
+/// longer see itself appear.
+static HOLDS_CONTEXT: AtomicBool = AtomicBool::new(false);
+static FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
+
+fn on_fork_child() {
+    // Atomics only: the child is a new process with its own host PID and
+    // no contexts.
+    STATE.store(NOT_STARTED, Ordering::Release);
+    HOST_PID.store(0, Ordering::Release);
+    ATTEMPTS.store(0, Ordering::Relaxed);
+    FAILURES.store(0, Ordering::Relaxed);
+    NEXT_RETRY_NS.store(0, Ordering::Relaxed);
+    HOLDS_CONTEXT.store(false, Ordering::Relaxed);
+    FAILURE_LOGGED.store(false, Ordering::Relaxed);
+}
+
+/// The host PID if some tier has resolved it; never blocks.
+pub fn host_pid() -> Option<u32> {
+    match HOST_PID.load(Ordering::Acquire) {
+        0 => None,
+        p => Some(p),
+    }
+}
+
+/// Records a resolved host PID (tests and future callers that learn it
+/// another way).
+pub fn set_host_pid(pid: u32) {
+    HOST_PID.store(pid, Ordering::Release);
+}
+
+/// Why identity is being resolved now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trigger {
+    /// `LIBVGPU_IDENTITY=eager`, inside `cuInit` (phase stamps).
+    Eager,
+    /// Before this process's first context on CUDA device `dev`.
+    FirstContext(u32),
+    /// A limited launch (first, or a due retry).
+    Launch,
+}
+
+/// Post-init step of `cuInit` (called by `init::cu_init` after the real
+/// `cuInit`). Lazy mode does nothing but say whether identity will be
+/// needed; eager mode resolves here, between `IdentityEnter`/`IdentityExit`.
+pub fn post_init(p: &Proc) {
+    register_fork();
+    if p.cfg.identity.eager {
+        if STATE.load(Ordering::Acquire) == NOT_STARTED {
+            resolve(p, Trigger::Eager, NOT_STARTED);
+        }
+    } else if !p.sm_limited && STATE.load(Ordering::Acquire) == NOT_STARTED {
+        if let Some(l) = &p.ledger {
+            l.region().slot(l.slot()).set_identity(
+                IdentityTier::None,
+                IdentityState::NotNeeded,
+                0,
+                0,
+                0,
+            );
+        }
+    }
+}
+
+/// Called by the context-creating hooks before the real call, with the
+/// CUDA ordinal the context is for. With an SM limit configured and
+/// identity not started, resolves now: the probe still works here.
+#[inline]
+pub fn before_context(dev: i32) {
+    if HOLDS_CONTEXT.load(Ordering::Relaxed) {
+        return;
+    }
+    before_first_context(dev);
+}
+
+#[cold]
+fn before_first_context(dev: i32) {
+    // Registers the fork reset before HOLDS_CONTEXT changes (a forked
+    // child holds no context).
+    register_fork();
+    if let Some(p) = crate::attach::attached() {
+        if p.sm_limited && STATE.load(Ordering::Acquire) == NOT_STARTED {
+            resolve(p, Trigger::FirstContext(dev.max(0) as u32), NOT_STARTED);
+        }
+    }
+    HOLDS_CONTEXT.store(true, Ordering::Relaxed);
+}
+
+/// The launch gate's identity step (an SM limit is configured): nothing
+/// once resolved or while another thread resolves; the first launch
+/// resolves; after a failure, a retry when its backoff has passed.
+#[inline]
+pub fn on_limited_launch(p: &Proc) {
+    register_fork();
+    match STATE.load(Ordering::Acquire) {
+        RESOLVED | RUNNING => {}
+        NOT_STARTED => resolve(p, Trigger::Launch, NOT_STARTED),
+        _ => {
+            if vgpu_region::monotonic_ns() >= NEXT_RETRY_NS.load(Ordering::Relaxed) {
+                resolve(p, Trigger::Launch, FAILED);
+            }
+        }
+    }
+}
+
+/// `broker: BROKER_MISSING (101), procfs: …` for the log line.
+fn describe(r: &Resolution) -> String {
+    if r.tried.is_empty() {
+        return "no tier applies".into();
+    }
+    r.tried
+        .iter()
+        .map(|(t, c)| format!("{}: {c}", tier_name(t)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One resolution, by the thread that moves STATE from `from` to Running.
+#[cold]
+fn resolve(p: &Proc, trigger: Trigger, from: u8) {
+    if STATE
+        .compare_exchange(from, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let s = &p.cfg.identity;
+    let slot = p.ledger.as_ref().map(|l| l.region().slot(l.slot()));
+    let before = ATTEMPTS.load(Ordering::Relaxed);
+    if let Some(sl) = &slot {
+        sl.set_identity(IdentityTier::None, IdentityState::Pending, before, 0, 0);
+        if trigger == Trigger::Eager {
+            sl.set_phase(Phase::IdentityEnter, vgpu_region::monotonic_ns());
+        }
+    }
+    // The probe retains a primary context of its own; that only shows this
+    // process as new in NVML while it holds no other context.
+    let probe_dev = match trigger {
+        Trigger::FirstContext(d) => Some(d),
+        _ if !HOLDS_CONTEXT.load(Ordering::Relaxed) => Some(0),
+        _ => None,
+    };
+    let mut driver = probe_dev
+        .filter(|_| s.tiers.contains(&IdentityTier::NvmlProbe))
+        .and_then(|_| probe::real());
+    let res = vgpu_identity::resolve::resolve(
+        &resolve_config(s, probe_dev.unwrap_or(0)),
+        driver.as_mut().map(|d| d as &mut dyn ProbeDriver),
+    );
+    drop(driver);
+    let out = res.telemetry;
+    let duration_ns = out.duration.as_nanos().min(u128::from(u64::MAX)) as u64;
+    let attempts = ATTEMPTS.fetch_add(out.attempts, Ordering::Relaxed) + out.attempts;
+    if let Some(sl) = &slot {
+        let failed_tiers = res
+            .tried
+            .iter()
+            .filter(|(_, c)| *c != FailureCode::NONE)
+            .count();
+        for _ in 0..failed_tiers {
+            sl.bump_fallback(vgpu_region::Fallback::IdentityTierFailed);
+        }
+    }
+    match out.host_pid {
+        Some(pid) => {
+            HOST_PID.store(pid, Ordering::Release);
+            if let Some(sl) = &slot {
+                sl.set_host_pid(pid);
+                sl.set_identity(out.tier, IdentityState::Resolved, attempts, 0, duration_ns);
+            }
+            if FAILURES.load(Ordering::Relaxed) > 0 {
+                crate::info!(
+                    "host PID {pid} found by tier {} after {attempts} attempt(s)",
+                    tier_name(out.tier)
+                );
+            } else {
+                crate::debug!(
+                    "host PID {pid} found by tier {} in {} us",
+                    tier_name(out.tier),
+                    duration_ns / 1000
+                );
+            }
+            STATE.store(RESOLVED, Ordering::Release);
+        }
+        None => {
+            let n = FAILURES.fetch_add(1, Ordering::Relaxed) + 1;
+            let wait = vgpu_identity::resolve::retry_backoff(n);
+            NEXT_RETRY_NS.store(
+                vgpu_region::monotonic_ns().saturating_add(wait.as_nanos() as u64),
+                Ordering::Relaxed,
+            );
+            if let Some(sl) = &slot {
+                sl.set_identity(
+                    out.tier,
+                    IdentityState::Failed,
+                    attempts,
+                    u32::from(out.failure.0),
+                    duration_ns,
+                );
+            }
+            let what = describe(&res);
+            if !FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
+                crate::warn!(
+                    "host PID unknown ({what}); the SM limit stays configured, pending identity; retrying on launches with backoff"
+                );
+            } else {
+                crate::debug!("host PID still unknown after {attempts} attempt(s) ({what}); next try in {wait:?}");
+            }
+            STATE.store(FAILED, Ordering::Release);
+        }
+    }
+    if trigger == Trigger::Eager {
+        if let Some(sl) = &slot {
+            sl.set_phase(Phase::IdentityExit, vgpu_region::monotonic_ns());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use vgpu_identity::procfs;
+
+    fn identity_of(vars: &[(&str, &str)]) -> config::Identity {
+        config::Config::from_vars(vars.iter().copied()).identity
+    }
+
+    fn run(s: &config::Identity) -> Resolution {
+        vgpu_identity::resolve::resolve::<dyn ProbeDriver>(&resolve_config(s, 0), None)
+    }
+
+    #[test]
+    fn forced_tiers_skip_the_namespace_shortcut_and_report_each_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = identity_of(&[
+            (config::ENV_IDENTITY_TIERS, "broker,procfs,probe"),
+            (
+                "LIBVGPU_HOSTPID_BROKER",
+                dir.path().join("absent.sock").to_str().unwrap(),
+            ),
+        ]);
+        let out = run(&s);
+        assert_eq!(out.host_pid(), None);
+        assert_eq!(out.telemetry.attempts, 1);
+        assert_eq!(out.telemetry.tier, IdentityTier::Broker);
+        assert_eq!(out.telemetry.failure, FailureCode::BROKER_MISSING);
+        assert_eq!(
+            out.tried.iter().collect::<Vec<_>>(),
+            [
+                (IdentityTier::Broker, FailureCode::BROKER_MISSING),
+                (IdentityTier::HostProcfs, FailureCode::PROCFS_NOT_CONFIGURED),
+                (IdentityTier::NvmlProbe, FailureCode::PROBE_NOT_AVAILABLE),
+            ]
+        );
+        let line = describe(&out);
+        assert!(line.contains("broker: BROKER_MISSING (101)"), "{line}");
+    }
+
+    #[test]
+    fn nothing_configured_names_the_reason() {
+        let s = identity_of(&[(config::ENV_IDENTITY_TIERS, "procfs")]);
+        let out = run(&s);
+        assert_eq!(out.host_pid(), None);
+        assert_eq!(out.telemetry.attempts, 0);
+        assert_eq!(out.telemetry.failure, FailureCode::PROCFS_NOT_CONFIGURED);
+    }
+
+    #[test]
+    fn procfs_tier_reads_the_mount() {
+        // This test process's /proc: accepted only in the initial namespace.
+        let s = identity_of(&[
+            (config::ENV_IDENTITY_TIERS, "procfs"),
+            ("LIBVGPU_HOST_PROCFS", "/proc"),
+        ]);
+        let out = run(&s);
+        if procfs::in_initial_pid_namespace(Path::new("/proc")).unwrap() {
+            assert_eq!(out.host_pid(), Some(std::process::id()));
+            assert_eq!(out.telemetry.tier, IdentityTier::HostProcfs);
+        } else {
+            assert_eq!(out.telemetry.failure, FailureCode::PROCFS_OWN_NAMESPACE);
+        }
+    }
+}

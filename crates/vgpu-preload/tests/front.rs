@@ -1,0 +1,127 @@
+//! The front object `libvgpu.so`: a process that never uses CUDA never
+//! loads the interposer proper (`libvgpu_core.so`); the first CUDA call
+//! does; without the core every hooked call fails (never a silent pass
+//! past the limits); and the core preloaded directly is still a complete
+//! interposer.
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+
+fn core() -> PathBuf {
+    vgpu_sim::locate_artifact("libvgpu_core.so").expect("libvgpu_core.so is built with this crate")
+}
+
+#[test]
+fn a_process_that_never_calls_cuda_never_loads_the_core() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+    // The shell's own mappings, from inside it.
+    let out = run(
+        std::path::Path::new("/bin/sh"),
+        &["-c", "cat /proc/$$/maps"],
+        &env,
+    );
+    let maps = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        maps.contains("/libvgpu.so"),
+        "the front is preloaded:\n{maps}"
+    );
+    assert!(
+        !maps.contains("libvgpu_core.so"),
+        "the core stays out:\n{maps}"
+    );
+    assert!(!maps.contains("libcuda"), "and so does the driver:\n{maps}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_first_cuda_call_loads_the_core_and_every_route_reaches_the_hooks() {
+    // The routes test through the front (as every other test here does):
+    // direct calls, dlsym and cuGetProcAddress all hit the ledger.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let env = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "512m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "8m"),
+        ],
+    );
+    let out = run(
+        &c_program("limits"),
+        &["routes", &(512 * MIB).to_string()],
+        &env,
+    );
+    assert_passed(&out);
+}
+
+#[test]
+fn the_core_preloaded_directly_is_a_complete_interposer() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let mut env = env(
+        &s,
+        Some(&cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "512m"),
+            ("LIBVGPU_CONTEXT_MEMORY", "8m"),
+        ],
+    );
+    for (k, v) in env.iter_mut() {
+        if k == "LD_PRELOAD" {
+            *v = core().display().to_string();
+        }
+    }
+    let out = run(
+        &c_program("limits"),
+        &["routes", &(512 * MIB).to_string()],
+        &env,
+    );
+    assert_passed(&out);
+}
+
+#[test]
+fn without_the_core_every_hooked_call_fails_with_one_line() {
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    // The front alone, in a directory without libvgpu_core.so.
+    let front = dir.path().join("libvgpu.so");
+    std::fs::copy(libvgpu(), &front).unwrap();
+    let cache = dir.path().join("r.cache");
+    let mut env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+    for (k, v) in env.iter_mut() {
+        if k == "LD_PRELOAD" {
+            *v = front.display().to_string();
+        }
+    }
+    let out = run(&c_program("fork_hold"), &["0"], &env);
+    let f = facts(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    // CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, not the driver's success.
+    assert_eq!(f.get("rc").map(String::as_str), Some("303"), "{f:?} {err}");
+    assert!(
+        err.contains("cannot load the interposer") && err.contains("libvgpu_core.so"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("cannot load the interposer").count(),
+        1,
+        "one line per process: {err}"
+    );
+    // NVML's hooked calls fail too (NVML_ERROR_LIBRARY_NOT_FOUND).
+    let out = run(&c_program("fork_nvml"), &["0"], &env);
+    let f = facts(&out);
+    assert_eq!(f.get("thread_rc").map(String::as_str), Some("12"), "{f:?}");
+}
