@@ -211,7 +211,11 @@ pub fn plan(
     let mut mounts = vec![
         mount(l.container_lib(), &s.lib_path, true),
         // The front loads the core from its own directory.
-        mount(l.container_core_lib(), layout::core_beside(&s.lib_path), true),
+        mount(
+            l.container_core_lib(),
+            layout::core_beside(&s.lib_path),
+            true,
+        ),
         mount(l.vgpu_dir(), &region_dir, false),
         mount(layout::CONTAINER_DEFAULT_REGION_DIR, &region_dir, false),
         mount(layout::CONTAINER_LIMITS_DIR, l.limits_dir(&key), true),

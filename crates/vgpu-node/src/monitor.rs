@@ -260,8 +260,18 @@ impl Monitor {
                     *e = *s;
                 }
             }
+            // Processes holding memory are attributed already; look up the rest.
+            let known: HashMap<u32, &String> = d
+                .processes
+                .iter()
+                .filter_map(|p| p.container.as_ref().map(|k| (p.pid, k)))
+                .collect();
             for (pid, s) in latest {
-                if let Some(key) = observe::container_of(&self.resolver, pods, slot_pids, pid) {
+                let key = match known.get(&pid) {
+                    Some(k) => Some((*k).clone()),
+                    None => observe::container_of(&self.resolver, pods, slot_pids, pid),
+                };
+                if let Some(key) = key {
                     let u = util.entry((key, d.info.uuid.clone())).or_insert(0);
                     *u = (*u + s.sm_util).min(100);
                 }
