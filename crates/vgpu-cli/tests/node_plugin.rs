@@ -29,7 +29,10 @@ fn expected_mounts(env: &Env, uid: &str, ctr: &str, preload: bool) -> Vec<(Strin
         ),
         (
             format!("{h}/vgpu/libvgpu_core.so"),
-            libvgpu().with_file_name("libvgpu_core.so").display().to_string(),
+            libvgpu()
+                .with_file_name("libvgpu_core.so")
+                .display()
+                .to_string(),
             true,
         ),
         (
