@@ -44,7 +44,8 @@ enum Cmd {
     /// The interposer's hook coverage table.
     Hooks(cmd_hooks::Args),
     /// The Kubernetes node agent (device plugin, monitor, watchdog, broker).
-    Node(cmd_node::Args),
+    // Boxed: its many flags would make every other variant as large.
+    Node(Box<cmd_node::Args>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,7 +59,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Broker(a) => cmd_broker::run(a),
         Cmd::Sim(c) => cmd_sim::run(c),
         Cmd::Hooks(a) => cmd_hooks::run(a),
-        Cmd::Node(a) => cmd_node::run(a),
+        Cmd::Node(a) => cmd_node::run(*a),
     };
     match res {
         Ok(code) => code,

@@ -99,7 +99,7 @@ pub struct DevicePlugin {
 }
 
 /// `devices`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Devices {
     /// `devices.nvidia`.
@@ -197,14 +197,6 @@ impl Default for DevicePlugin {
             grace: "30s".into(),
             device_plugin_path: "/var/lib/kubelet/device-plugins".into(),
             broker_dir: "/run/vgpu".into(),
-        }
-    }
-}
-
-impl Default for Devices {
-    fn default() -> Self {
-        Devices {
-            nvidia: Nvidia::default(),
         }
     }
 }
