@@ -71,7 +71,8 @@ struct RunArgs {
     /// Hook path on the host and in containers (HAMi `global.gpuHookPath`).
     #[arg(long, default_value = "/usr/local")]
     hook_path: PathBuf,
-    /// Host path of libvgpu.so (default: <hook>/vgpu/libvgpu.so).
+    /// Host path of libvgpu.so, with libvgpu_core.so beside it (default:
+    /// <hook>/vgpu/libvgpu.so).
     #[arg(long)]
     lib_path: Option<PathBuf>,
     /// Kubelet device-plugin directory.

@@ -45,7 +45,8 @@ enum Cmd {
     /// The interposer's hook coverage table.
     Hooks(cmd_hooks::Args),
     /// The Kubernetes node agent (device plugin, monitor, watchdog, broker).
-    Node(cmd_node::Args),
+    // Boxed: its many flags would make every other variant as large.
+    Node(Box<cmd_node::Args>),
     /// The Kubernetes scheduler extender and admission webhook.
     Scheduler(Box<cmd_scheduler::Args>),
 }
@@ -61,7 +62,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Broker(a) => cmd_broker::run(a),
         Cmd::Sim(c) => cmd_sim::run(c),
         Cmd::Hooks(a) => cmd_hooks::run(a),
-        Cmd::Node(a) => cmd_node::run(a),
+        Cmd::Node(a) => cmd_node::run(*a),
         Cmd::Scheduler(a) => cmd_scheduler::run(*a),
     };
     match res {

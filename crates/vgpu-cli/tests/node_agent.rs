@@ -441,10 +441,24 @@ async fn gc_frees_dead_slots_in_any_namespace_and_dirs_of_gone_pods_only() {
     assert!(env
         .fx
         .delete::<k8s_openapi::api::core::v1::Pod>("default", "busy"));
+    let deleted = std::time::Instant::now();
+    // Inside the 2 s grace (counted from when the agent first misses the
+    // pod, so never earlier than the deletion) the directories stay.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        gone_r.exists() && gone_l.exists(),
+        "removed before the grace ({:?} after the deletion)",
+        deleted.elapsed()
+    );
     wait_for(
         Duration::from_secs(20),
         "the gone pod's directories removed",
         || (!gone_r.exists() && !gone_l.exists()).then_some(()),
+    );
+    assert!(
+        deleted.elapsed() >= Duration::from_secs(2),
+        "removed {:?} after the deletion, inside the 2 s grace",
+        deleted.elapsed()
     );
     std::thread::sleep(Duration::from_secs(3));
     assert!(

@@ -28,6 +28,14 @@ fn expected_mounts(env: &Env, uid: &str, ctr: &str, preload: bool) -> Vec<(Strin
             true,
         ),
         (
+            format!("{h}/vgpu/libvgpu_core.so"),
+            libvgpu()
+                .with_file_name("libvgpu_core.so")
+                .display()
+                .to_string(),
+            true,
+        ),
+        (
             format!("{h}/vgpu"),
             format!("{h}/vgpu/containers/{key}"),
             false,

@@ -75,6 +75,10 @@ pub fn write_preload_list(cfg: &NodeConfig) -> Result<(), AgentError> {
     if !cfg.lib_path.is_file() {
         tracing::warn!(lib = %cfg.lib_path.display(), "libvgpu.so is not at the library path; containers will fail to start until it is installed");
     }
+    let core = layout::core_beside(&cfg.lib_path);
+    if !core.is_file() {
+        tracing::warn!(core = %core.display(), "libvgpu_core.so is not beside libvgpu.so; every CUDA call in the containers will fail until it is installed");
+    }
     Ok(())
 }
 

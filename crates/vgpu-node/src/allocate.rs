@@ -1,6 +1,7 @@
 //! What one container gets from Allocate, decided without I/O: HAMi's env
 //! and mounts (`pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go`)
-//! plus vgpu's read-only limits file, the second mount of the region
+//! plus vgpu's read-only limits file, `libvgpu_core.so` beside the front
+//! `libvgpu.so`, the second mount of the region
 //! directory where a process that lost its environment looks, and the
 //! broker socket. The plugin turns a [`Plan`] into directories, the limits
 //! file and the gRPC response; a plan that cannot be made refuses the whole
@@ -22,7 +23,7 @@ use crate::proto::v1beta1::{ContainerAllocateResponse, Mount};
 pub struct AllocSettings {
     /// Hook path layout.
     pub layout: Layout,
-    /// Host path of libvgpu.so.
+    /// Host path of libvgpu.so (the front; `libvgpu_core.so` is beside it).
     pub lib_path: PathBuf,
     /// Host directory for `/tmp/vgpulock`.
     pub lock_dir: PathBuf,
@@ -209,6 +210,12 @@ pub fn plan(
     let region_dir = l.region_dir(&key);
     let mut mounts = vec![
         mount(l.container_lib(), &s.lib_path, true),
+        // The front loads the core from its own directory.
+        mount(
+            l.container_core_lib(),
+            layout::core_beside(&s.lib_path),
+            true,
+        ),
         mount(l.vgpu_dir(), &region_dir, false),
         mount(layout::CONTAINER_DEFAULT_REGION_DIR, &region_dir, false),
         mount(layout::CONTAINER_LIMITS_DIR, l.limits_dir(&key), true),
@@ -315,6 +322,11 @@ mod tests {
                 (
                     "/usr/local/vgpu/libvgpu.so",
                     "/usr/local/vgpu/libvgpu.so",
+                    true
+                ),
+                (
+                    "/usr/local/vgpu/libvgpu_core.so",
+                    "/usr/local/vgpu/libvgpu_core.so",
                     true
                 ),
                 (

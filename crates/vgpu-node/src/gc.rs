@@ -191,3 +191,109 @@ impl CacheGc {
         rep
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(300);
+
+    /// Both directories of `key`, with mtimes `age` in the past.
+    fn dirs(l: &Layout, key: &str, age: Duration) {
+        for d in [l.region_dir(key), l.limits_dir(key)] {
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("f"), b"x").unwrap();
+            let t = SystemTime::now() - age;
+            std::fs::File::open(&d).unwrap().set_modified(t).unwrap();
+        }
+    }
+
+    fn exists(l: &Layout, key: &str) -> (bool, bool) {
+        (l.region_dir(key).exists(), l.limits_dir(key).exists())
+    }
+
+    #[test]
+    fn a_gone_pod_keeps_its_directories_for_the_grace_then_loses_both() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        dirs(&l, "gone_main", GRACE * 2);
+        dirs(&l, "here_main", GRACE * 2);
+        let pods: HashSet<String> = ["here".to_owned()].into();
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        let mut gc = CacheGc::default();
+        let t0 = Instant::now();
+        let r = gc.pass(&l, &pods, &live, GRACE, t0);
+        assert_eq!(r.waiting, vec!["gone_main".to_owned()]);
+        assert!(r.removed.is_empty());
+        let r = gc.pass(
+            &l,
+            &pods,
+            &live,
+            GRACE,
+            t0 + GRACE - Duration::from_millis(1),
+        );
+        assert!(r.removed.is_empty());
+        assert_eq!(exists(&l, "gone_main"), (true, true));
+        let r = gc.pass(&l, &pods, &live, GRACE, t0 + GRACE);
+        assert_eq!(r.removed, vec!["gone_main".to_owned()]);
+        assert_eq!(exists(&l, "gone_main"), (false, false));
+        // The pod that exists is never touched, whatever the time.
+        let r = gc.pass(&l, &pods, &live, GRACE, t0 + GRACE * 10);
+        assert!(r.removed.is_empty() && r.waiting.is_empty());
+        assert_eq!(exists(&l, "here_main"), (true, true));
+    }
+
+    #[test]
+    fn a_pod_that_comes_back_restarts_the_grace_and_a_fresh_directory_waits() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        dirs(&l, "p_main", GRACE * 2);
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        let mut gc = CacheGc::default();
+        let t0 = Instant::now();
+        gc.pass(&l, &HashSet::new(), &live, GRACE, t0);
+        // Listed again (e.g. the API answered late): the clock is dropped.
+        gc.pass(&l, &["p".to_owned()].into(), &live, GRACE, t0 + GRACE / 2);
+        let r = gc.pass(&l, &HashSet::new(), &live, GRACE, t0 + GRACE);
+        assert!(r.removed.is_empty(), "the grace restarted");
+        let r = gc.pass(&l, &HashSet::new(), &live, GRACE, t0 + GRACE * 2);
+        assert_eq!(r.removed, vec!["p_main".to_owned()]);
+
+        // A directory younger than the grace (a pod the list has not shown
+        // yet) waits however long the UID has been missing.
+        dirs(&l, "new_main", Duration::ZERO);
+        let t1 = t0 + GRACE * 3;
+        gc.pass(&l, &HashSet::new(), &live, GRACE, t1);
+        let r = gc.pass(&l, &HashSet::new(), &live, GRACE, t1 + GRACE * 2);
+        assert_eq!(r.waiting, vec!["new_main".to_owned()]);
+        assert_eq!(exists(&l, "new_main"), (true, true));
+    }
+
+    #[test]
+    fn a_region_with_a_live_process_is_never_removed() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        dirs(&l, "busy_main", GRACE * 2);
+        let opts = vgpu_region::CreateOptions {
+            slots: 4,
+            devices: vec![vgpu_region::DeviceConfig {
+                uuid: "GPU-0".into(),
+                mem_limit: 1 << 30,
+                sm_limit: 0,
+            }],
+        };
+        let path = l.region_dir("busy_main").join(layout::REGION_FILE);
+        let (r, _) = vgpu_region::Region::open_or_create(&path, &opts).unwrap();
+        // This test process is the slot's live owner.
+        let _slot = r.register().unwrap();
+        // Old enough: only the live slot keeps it.
+        dirs(&l, "busy_main", GRACE * 2);
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        let mut gc = CacheGc::default();
+        let t0 = Instant::now();
+        gc.pass(&l, &HashSet::new(), &live, GRACE, t0);
+        let rep = gc.pass(&l, &HashSet::new(), &live, GRACE, t0 + GRACE * 5);
+        assert_eq!(rep.waiting, vec!["busy_main".to_owned()]);
+        assert!(path.exists() && l.limits_dir("busy_main").exists());
+    }
+}

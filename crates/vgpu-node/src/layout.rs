@@ -18,6 +18,15 @@ pub const LOCK_DIR: &str = "/tmp/vgpulock";
 pub const CONTAINER_LD_SO_PRELOAD: &str = "/etc/ld.so.preload";
 /// The region file's name inside the region directory.
 pub const REGION_FILE: &str = "region.cache";
+/// The interposer proper, which the front `libvgpu.so` loads from its own
+/// directory (`docs/interposer.md`): it must sit beside the front, on the
+/// host and in the container.
+pub const CORE_LIB: &str = "libvgpu_core.so";
+
+/// `libvgpu_core.so` beside the front library at `lib`.
+pub fn core_beside(lib: &Path) -> PathBuf {
+    lib.parent().unwrap_or(Path::new("/")).join(CORE_LIB)
+}
 
 /// Paths under one hook path (`global.gpuHookPath`, default `/usr/local`;
 /// HAMi uses the same path on the host and in the container).
@@ -91,6 +100,11 @@ impl Layout {
     /// container (and HAMi's default host path).
     pub fn container_lib(&self) -> PathBuf {
         self.vgpu_dir().join("libvgpu.so")
+    }
+
+    /// `<hook>/vgpu/libvgpu_core.so`: the core, mounted beside the front.
+    pub fn container_core_lib(&self) -> PathBuf {
+        self.vgpu_dir().join(CORE_LIB)
     }
 
     /// The region file's path in the container (`CUDA_DEVICE_MEMORY_SHARED_CACHE`).

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 pub struct Values {
     /// Shared settings.
     pub global: Global,
-    /// The image with `vgpu` and `libvgpu.so`.
+    /// The image with `vgpu`, `libvgpu.so` and `libvgpu_core.so`.
     pub image: Image,
     /// Count resource.
     pub resource_name: String,
@@ -76,7 +76,7 @@ pub struct DevicePlugin {
     pub device_core_scaling: f64,
     /// `"true"`: containers get `GPU_CORE_UTILIZATION_POLICY=disable` (HAMi keeps it a string).
     pub disablecorelimit: String,
-    /// Host directory holding libvgpu.so.
+    /// Host directory holding libvgpu.so and libvgpu_core.so.
     pub lib_path: String,
     /// The agent runs in the host PID namespace (the broker, the watchdog and
     /// slot reclaim need it).
@@ -99,7 +99,7 @@ pub struct DevicePlugin {
 }
 
 /// `devices`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Devices {
     /// `devices.nvidia`.
@@ -197,14 +197,6 @@ impl Default for DevicePlugin {
             grace: "30s".into(),
             device_plugin_path: "/var/lib/kubelet/device-plugins".into(),
             broker_dir: "/run/vgpu".into(),
-        }
-    }
-}
-
-impl Default for Devices {
-    fn default() -> Self {
-        Devices {
-            nvidia: Nvidia::default(),
         }
     }
 }
@@ -363,7 +355,7 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
                             "name": "install-libvgpu",
                             "image": image,
                             "imagePullPolicy": v.image.pull_policy,
-                            "command": ["/bin/sh", "-c", "install -m 0755 /usr/local/lib/vgpu/libvgpu.so /host-lib/libvgpu.so.new && mv -f /host-lib/libvgpu.so.new /host-lib/libvgpu.so"],
+                            "command": ["/bin/sh", "-c", "install -m 0755 /usr/local/lib/vgpu/libvgpu_core.so /host-lib/libvgpu_core.so.new && mv -f /host-lib/libvgpu_core.so.new /host-lib/libvgpu_core.so && install -m 0755 /usr/local/lib/vgpu/libvgpu.so /host-lib/libvgpu.so.new && mv -f /host-lib/libvgpu.so.new /host-lib/libvgpu.so"],
                             "volumeMounts": [{"name": "lib", "mountPath": "/host-lib"}],
                         }],
                         "containers": [{

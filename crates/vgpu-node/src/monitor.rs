@@ -24,6 +24,8 @@ use crate::nvml::{Gpus, ProcessSample};
 use crate::observe::{self, ContainerRegion, Observation, PodIndex, Resolver};
 
 type Labels = Vec<(&'static str, String)>;
+/// A figure per (container key, GPU UUID).
+type PerContainerGpu<T> = HashMap<(String, String), T>;
 type G = Family<Labels, Gauge<f64, AtomicU64>>;
 
 /// The pods bound to this node, refreshed by the agent.
@@ -241,10 +243,7 @@ impl Monitor {
         obs: &Observation,
         pods: &PodIndex,
         slot_pids: &HashMap<u32, String>,
-    ) -> (
-        HashMap<(String, String), u32>,
-        HashMap<(String, String), i64>,
-    ) {
+    ) -> (PerContainerGpu<u32>, PerContainerGpu<i64>) {
         let mut st = self.util.lock().unwrap_or_else(|e| e.into_inner());
         let mut util: HashMap<(String, String), u32> = HashMap::new();
         for d in &obs.devices {
@@ -260,8 +259,18 @@ impl Monitor {
                     *e = *s;
                 }
             }
+            // Processes holding memory are attributed already; look up the rest.
+            let known: HashMap<u32, &String> = d
+                .processes
+                .iter()
+                .filter_map(|p| p.container.as_ref().map(|k| (p.pid, k)))
+                .collect();
             for (pid, s) in latest {
-                if let Some(key) = observe::container_of(&self.resolver, pods, slot_pids, pid) {
+                let key = match known.get(&pid) {
+                    Some(k) => Some((*k).clone()),
+                    None => observe::container_of(&self.resolver, pods, slot_pids, pid),
+                };
+                if let Some(key) = key {
                     let u = util.entry((key, d.info.uuid.clone())).or_insert(0);
                     *u = (*u + s.sm_util).min(100);
                 }

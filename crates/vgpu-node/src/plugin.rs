@@ -222,7 +222,7 @@ impl PluginCore {
         }
     }
 
-    fn container_of<'a>(pod: &'a Pod, index: usize) -> Option<&'a Container> {
+    fn container_of(pod: &Pod, index: usize) -> Option<&Container> {
         let spec = pod.spec.as_ref()?;
         let init = spec.init_containers.as_deref().unwrap_or(&[]);
         match PodDevices::slot_of(index, init.len(), spec.containers.len())? {

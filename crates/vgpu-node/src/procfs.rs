@@ -40,10 +40,22 @@ pub fn parse_ns_link(link: &str) -> Option<u64> {
     link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
-/// Start time of `pid`.
+/// Start time of `pid`. Called for every GPU process at every scrape and
+/// watchdog cycle, so one `read` into a stack buffer (a `stat` line is a few
+/// hundred bytes) instead of `read_to_string`'s probing reads.
 pub fn start_time(proc_root: &Path, pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    parse_start_time(&s)
+    use std::io::Read;
+    let path = proc_root.join(format!("{pid}/stat"));
+    let mut f = std::fs::File::open(&path).ok()?;
+    let mut buf = [0u8; 2048];
+    let n = f.read(&mut buf).ok()?;
+    if n == buf.len() {
+        // Longer than any stat line we know of: read it all.
+        let mut rest = buf.to_vec();
+        f.read_to_end(&mut rest).ok()?;
+        return parse_start_time(&String::from_utf8_lossy(&rest));
+    }
+    parse_start_time(&String::from_utf8_lossy(&buf[..n]))
 }
 
 /// Everything known about `pid`.
