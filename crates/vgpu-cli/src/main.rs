@@ -8,7 +8,9 @@ mod cmd_demo;
 mod cmd_hooks;
 mod cmd_inspect;
 mod cmd_limit;
+mod cmd_node;
 mod cmd_run;
+mod cmd_scheduler;
 mod cmd_sim;
 
 #[derive(Parser)]
@@ -46,6 +48,11 @@ enum Cmd {
     Sim(cmd_sim::SimCmd),
     /// The interposer's hook coverage table.
     Hooks(cmd_hooks::Args),
+    /// The Kubernetes node agent (device plugin, monitor, watchdog, broker).
+    // Boxed: its many flags would make every other variant as large.
+    Node(Box<cmd_node::Args>),
+    /// The Kubernetes scheduler extender and admission webhook.
+    Scheduler(Box<cmd_scheduler::Args>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,6 +68,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Broker(a) => cmd_broker::run(a),
         Cmd::Sim(c) => cmd_sim::run(c),
         Cmd::Hooks(a) => cmd_hooks::run(a),
+        Cmd::Node(a) => cmd_node::run(*a),
+        Cmd::Scheduler(a) => cmd_scheduler::run(*a),
     };
     match res {
         Ok(code) => code,

@@ -1,0 +1,283 @@
+//! `vgpu node`: the Kubernetes node agent (device plugin, node
+//! registration, broker, monitor, watchdog, cache GC; see docs/node.md),
+//! and `vgpu node manifests`: the objects the Helm chart renders.
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use vgpu_node::config::{Enforce, NodeConfig};
+use vgpu_node::layout::Layout;
+use vgpu_node::manifests::{self, Release, Values};
+use vgpu_region::limits::Policy;
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Option<NodeCmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Subcommand)]
+enum NodeCmd {
+    /// Print the Kubernetes objects of a deployment (what deploy/helm/vgpu renders).
+    Manifests(ManifestArgs),
+}
+
+#[derive(clap::Args)]
+struct ManifestArgs {
+    /// Helm values file (default: the chart's defaults).
+    #[arg(long)]
+    values: Option<PathBuf>,
+    /// Release name (object name prefix).
+    #[arg(long, default_value = "vgpu")]
+    release: String,
+    /// Namespace.
+    #[arg(long, default_value = "kube-system")]
+    namespace: String,
+    /// JSON (one array) instead of YAML documents.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// This node's name (default: $NODE_NAME).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Extended resource to advertise (HAMi `resourceName`).
+    #[arg(long, default_value = "nvidia.com/gpu")]
+    resource_name: String,
+    /// vGPUs per card (HAMi `devicePlugin.deviceSplitCount`).
+    #[arg(long, default_value_t = 10)]
+    device_split_count: u32,
+    /// Registered memory = MiB x this (HAMi `deviceMemoryScaling`; > 1 over-commits).
+    #[arg(long, default_value_t = 1.0)]
+    device_memory_scaling: f64,
+    /// Registered cores = 100 x this (HAMi `deviceCoreScaling`).
+    #[arg(long, default_value_t = 1.0)]
+    device_core_scaling: f64,
+    /// HAMi `disablecorelimit`: containers get GPU_CORE_UTILIZATION_POLICY=disable.
+    #[arg(long, default_value = "false")]
+    disable_core_limit: String,
+    /// GPU_CORE_UTILIZATION_POLICY for containers: default (not set), force, disable.
+    #[arg(long, default_value = "default")]
+    core_policy: String,
+    /// LIBCUDA_LOG_LEVEL for containers (0 quiet .. 4 debug; unset = not set).
+    #[arg(long)]
+    lib_cuda_log_level: Option<u32>,
+    /// Hook path on the host and in containers (HAMi `global.gpuHookPath`).
+    #[arg(long, default_value = "/usr/local")]
+    hook_path: PathBuf,
+    /// Host path of libvgpu.so, with libvgpu_core.so beside it (default:
+    /// <hook>/vgpu/libvgpu.so).
+    #[arg(long)]
+    lib_path: Option<PathBuf>,
+    /// Kubelet device-plugin directory.
+    #[arg(long, default_value = vgpu_node::proto::DEVICE_PLUGIN_DIR)]
+    device_plugin_dir: PathBuf,
+    /// This plugin's socket name in that directory.
+    #[arg(long, default_value = "vgpu.sock")]
+    socket_name: String,
+    /// Host directory mounted at /tmp/vgpulock in containers.
+    #[arg(long, default_value = "/tmp/vgpulock")]
+    lock_dir: PathBuf,
+    /// Host-PID broker socket (its directory is mounted read-only into pods).
+    #[arg(long, default_value = vgpu_identity::server::DEFAULT_SOCKET)]
+    broker_socket: PathBuf,
+    /// Do not run the broker.
+    #[arg(long)]
+    no_broker: bool,
+    /// Monitor address (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "0.0.0.0:9394")]
+    metrics_addr: std::net::SocketAddr,
+    /// Also export HAMi's pre-v2.9 metric names.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    legacy_metrics: String,
+    /// Watchdog action for a container over its limit: report, or kill its
+    /// newest GPU process (and record an Event).
+    #[arg(long, default_value = "report")]
+    enforce: String,
+    /// Driver memory above the limit tolerated (bytes or 128m, 1GiB).
+    #[arg(long, default_value = "128m")]
+    tolerance: String,
+    /// How long a container stays over before --enforce kill acts (30s, 1m).
+    #[arg(long, default_value = "30s")]
+    grace: String,
+    /// Watchdog period.
+    #[arg(long, default_value = "5s")]
+    watchdog_interval: String,
+    /// Cache GC: how long a gone pod's directories are kept.
+    #[arg(long, default_value = "5m")]
+    gc_grace: String,
+    /// Cache GC and slot reclaim period.
+    #[arg(long, default_value = "60s")]
+    gc_interval: String,
+    /// Node registration period.
+    #[arg(long, default_value = "30s")]
+    register_interval: String,
+    /// Device health and kubelet-restart check period.
+    #[arg(long, default_value = "1s")]
+    health_interval: String,
+    /// How often the pods bound to this node are listed.
+    #[arg(long, default_value = "5s")]
+    pod_refresh: String,
+    /// NVML library to load (default: libnvidia-ml.so.1 via the loader).
+    #[arg(long)]
+    nvml_library: Option<PathBuf>,
+    /// Kubeconfig (default: in-cluster, then KUBECONFIG).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Log level: error, warn, info, debug.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    /// Check the settings, print them and exit (nothing is started).
+    #[arg(long)]
+    check: bool,
+}
+
+/// `500ms`, `30s`, `5m`, `1h`, or plain seconds.
+fn duration(s: &str) -> anyhow::Result<Duration> {
+    let t = s.trim();
+    let (num, mult_ms) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1u64)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3_600_000)
+    } else {
+        (t, 1000)
+    };
+    let v: u64 = num
+        .parse()
+        .with_context(|| format!("duration {s:?}: expected e.g. 500ms, 30s, 5m"))?;
+    Ok(Duration::from_millis(v.saturating_mul(mult_ms)))
+}
+
+fn go_bool(s: &str, what: &str) -> anyhow::Result<bool> {
+    vgpu_hami::keys::parse_go_bool(s)
+        .with_context(|| format!("{what} {s:?}: expected true or false"))
+}
+
+fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String, bool)> {
+    let node = a
+        .node_name
+        .or_else(|| std::env::var(vgpu_hami::keys::ENV_NODE_NAME).ok())
+        .filter(|n| !n.is_empty())
+        .context("--node-name (or NODE_NAME) is required")?;
+    let mut c = NodeConfig::new(node);
+    c.resource_name = a.resource_name;
+    if a.device_split_count == 0 {
+        bail!("--device-split-count must be at least 1");
+    }
+    c.split_count = a.device_split_count;
+    if !(a.device_memory_scaling > 0.0 && a.device_core_scaling > 0.0) {
+        bail!("--device-memory-scaling and --device-core-scaling must be positive");
+    }
+    c.memory_scaling = a.device_memory_scaling;
+    c.core_scaling = a.device_core_scaling;
+    c.core_policy = match (
+        go_bool(&a.disable_core_limit, "--disable-core-limit")?,
+        a.core_policy.as_str(),
+    ) {
+        (true, _) | (false, "disable") => Some(Policy::Disable),
+        (false, "force") => Some(Policy::Force),
+        (false, "default") => None,
+        (false, other) => bail!("--core-policy {other:?}: expected default, force or disable"),
+    };
+    c.log_level = a.lib_cuda_log_level.map(|l| l.to_string());
+    c.layout = Layout::new(a.hook_path);
+    c.lib_path = a.lib_path.unwrap_or_else(|| c.layout.container_lib());
+    c.device_plugin_dir = a.device_plugin_dir;
+    c.socket_name = a.socket_name;
+    c.lock_dir = a.lock_dir;
+    c.broker_socket = (!a.no_broker).then_some(a.broker_socket);
+    c.metrics_addr = a.metrics_addr;
+    c.legacy_metrics = go_bool(&a.legacy_metrics, "--legacy-metrics")?;
+    c.enforce = match a.enforce.as_str() {
+        "report" => Enforce::Report,
+        "kill" => Enforce::Kill,
+        o => bail!("--enforce {o:?}: expected report or kill"),
+    };
+    c.tolerance_bytes = vgpu_region::units::parse_mem_size(&a.tolerance)
+        .with_context(|| format!("--tolerance {:?}", a.tolerance))?;
+    c.grace = duration(&a.grace)?;
+    c.watchdog_interval = duration(&a.watchdog_interval)?;
+    c.gc_grace = duration(&a.gc_grace)?;
+    c.gc_interval = duration(&a.gc_interval)?;
+    c.register_interval = duration(&a.register_interval)?;
+    c.health_interval = duration(&a.health_interval)?;
+    c.pod_refresh = duration(&a.pod_refresh)?;
+    c.nvml_library = a.nvml_library;
+    c.kubeconfig = a.kubeconfig;
+    Ok((c, a.log_level, a.check))
+}
+
+fn manifests_cmd(a: ManifestArgs) -> anyhow::Result<ExitCode> {
+    let values: Values = match &a.values {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            serde_saphyr::from_str(&text).with_context(|| format!("values {}", p.display()))?
+        }
+        None => Values::default(),
+    };
+    let objects = manifests::render(
+        &values,
+        &Release {
+            name: a.release,
+            namespace: a.namespace,
+        },
+    );
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&objects)?);
+    } else {
+        print!("{}", manifests::to_yaml(&objects));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(NodeCmd::Manifests(m)) = args.cmd {
+        return manifests_cmd(m);
+    }
+    let (cfg, level, check) = config(args.run)?;
+    if check {
+        println!("{cfg:#?}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let level: tracing::Level = level.parse().map_err(|_| {
+        anyhow::anyhow!("--log-level {level:?}: expected error, warn, info or debug")
+    })?;
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(vgpu_node::agent::run(cfg))
+        .context("vgpu node")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(duration("2").unwrap(), Duration::from_secs(2));
+        assert!(duration("soon").is_err());
+    }
+}

@@ -1,0 +1,134 @@
+//! The agent's settings, one struct for every part (the CLI builds it from
+//! flags, the manifests render the same flags). HAMi's Helm value names are
+//! noted beside the fields that mean the same.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vgpu_region::limits::Policy;
+
+use crate::layout::Layout;
+
+/// What the watchdog does with a container over its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enforce {
+    /// Export metrics and log (default).
+    Report,
+    /// Also SIGKILL the container's newest GPU process after the grace, and
+    /// record a Kubernetes Event.
+    Kill,
+}
+
+/// Every setting.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's name (`NODE_NAME`).
+    pub node_name: String,
+    /// Extended resource (`resourceName`, default `nvidia.com/gpu`).
+    pub resource_name: String,
+    /// vGPUs per card (`devicePlugin.deviceSplitCount`, default 10).
+    pub split_count: u32,
+    /// `devicePlugin.deviceMemoryScaling` (default 1).
+    pub memory_scaling: f64,
+    /// `devicePlugin.deviceCoreScaling` (default 1).
+    pub core_scaling: f64,
+    /// Host and container hook path (`global.gpuHookPath`, default `/usr/local`).
+    pub layout: Layout,
+    /// Host path of libvgpu.so (`devicePlugin.libPath`; default `<hook>/vgpu/libvgpu.so`).
+    pub lib_path: PathBuf,
+    /// Kubelet device-plugin directory.
+    pub device_plugin_dir: PathBuf,
+    /// This plugin's socket name in that directory.
+    pub socket_name: String,
+    /// Host directory mounted at `/tmp/vgpulock`.
+    pub lock_dir: PathBuf,
+    /// Broker socket (`None` = broker off).
+    pub broker_socket: Option<PathBuf>,
+    /// `LIBCUDA_LOG_LEVEL` for containers (`devices.nvidia.libCudaLogLevel`).
+    pub log_level: Option<String>,
+    /// `GPU_CORE_UTILIZATION_POLICY` for containers (`devices.nvidia.gpuCorePolicy`;
+    /// `devicePlugin.disablecorelimit` = `disable`).
+    pub core_policy: Option<Policy>,
+    /// Monitor listen address (`:9394`).
+    pub metrics_addr: SocketAddr,
+    /// Also export HAMi's pre-v2.9 metric names (`--legacy-metrics`).
+    pub legacy_metrics: bool,
+    /// Watchdog action.
+    pub enforce: Enforce,
+    /// Driver memory above the limit tolerated before a container counts as over.
+    pub tolerance_bytes: u64,
+    /// How long a container must stay over before it is enforced.
+    pub grace: Duration,
+    /// Watchdog period.
+    pub watchdog_interval: Duration,
+    /// Cache GC: how long a gone pod's directory is kept (HAMi: 5 min).
+    pub gc_grace: Duration,
+    /// Cache GC period.
+    pub gc_interval: Duration,
+    /// Node registration period (HAMi: 30 s).
+    pub register_interval: Duration,
+    /// Device health check and kubelet watch period.
+    pub health_interval: Duration,
+    /// How often the pods bound to this node are listed for the monitor
+    /// and the watchdog.
+    pub pod_refresh: Duration,
+    /// NVML library to load (default: `libnvidia-ml.so.1` through the loader).
+    pub nvml_library: Option<PathBuf>,
+    /// Kubernetes API: a kubeconfig path (default: in-cluster, then `KUBECONFIG`).
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl NodeConfig {
+    /// Defaults for `node_name`, as HAMi's chart sets them.
+    pub fn new(node_name: impl Into<String>) -> NodeConfig {
+        let layout = Layout::new("/usr/local");
+        NodeConfig {
+            node_name: node_name.into(),
+            resource_name: vgpu_hami::resources::GPU.to_owned(),
+            split_count: 10,
+            memory_scaling: 1.0,
+            core_scaling: 1.0,
+            lib_path: layout.container_lib(),
+            layout,
+            device_plugin_dir: PathBuf::from(crate::proto::DEVICE_PLUGIN_DIR),
+            socket_name: "vgpu.sock".into(),
+            lock_dir: PathBuf::from(crate::layout::LOCK_DIR),
+            broker_socket: Some(PathBuf::from(vgpu_identity::server::DEFAULT_SOCKET)),
+            log_level: None,
+            core_policy: None,
+            metrics_addr: SocketAddr::from(([0, 0, 0, 0], 9394)),
+            legacy_metrics: false,
+            enforce: Enforce::Report,
+            tolerance_bytes: 128 << 20,
+            grace: Duration::from_secs(30),
+            watchdog_interval: Duration::from_secs(5),
+            gc_grace: Duration::from_secs(300),
+            gc_interval: Duration::from_secs(60),
+            register_interval: Duration::from_secs(30),
+            health_interval: Duration::from_secs(1),
+            pod_refresh: Duration::from_secs(5),
+            nvml_library: None,
+            kubeconfig: None,
+        }
+    }
+
+    /// The registration arithmetic settings.
+    pub fn scaling(&self) -> vgpu_hami::register::RegisterScaling {
+        vgpu_hami::register::RegisterScaling {
+            split_count: self.split_count,
+            memory_scaling: self.memory_scaling,
+            core_scaling: self.core_scaling,
+        }
+    }
+
+    /// The plugin socket's path.
+    pub fn plugin_socket(&self) -> PathBuf {
+        self.device_plugin_dir.join(&self.socket_name)
+    }
+
+    /// The kubelet's registration socket.
+    pub fn kubelet_socket(&self) -> PathBuf {
+        self.device_plugin_dir.join(crate::proto::KUBELET_SOCKET)
+    }
+}

@@ -1,0 +1,346 @@
+//! The join the monitor and the watchdog share: the driver's processes (by
+//! host PID) to containers, through each process's cgroup and the pods
+//! bound to this node (container IDs in `status.containerStatuses`), with a
+//! region slot's recorded host PID as a second way. A process that bypassed
+//! the interposer entirely is still attributed: its cgroup says whose it is.
+//! Reads `/proc` and NVML; writes nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cgroup::{self, CgroupIdentity};
+use crate::layout;
+use crate::nvml::{GpuInfo, Gpus, ProcessMemory, ProcessSample};
+use crate::procfs;
+
+/// A pod bound to this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
+/// Pods by UID and container IDs, from a pod list.
+#[derive(Clone, Debug, Default)]
+pub struct PodIndex {
+    /// UID → pod.
+    pub by_uid: HashMap<String, PodRef>,
+    /// Container ID → (pod UID, container name).
+    pub by_container_id: HashMap<String, (String, String)>,
+    /// Pod UID → its container names (init and app).
+    pub containers: HashMap<String, Vec<String>>,
+    /// The pods themselves, by UID.
+    pub pods: HashMap<String, Pod>,
+}
+
+impl PodIndex {
+    /// Indexes `pods`.
+    pub fn new(pods: &[Pod]) -> PodIndex {
+        let mut ix = PodIndex::default();
+        for p in pods {
+            let Some(uid) = p.metadata.uid.clone() else {
+                continue;
+            };
+            ix.by_uid.insert(
+                uid.clone(),
+                PodRef {
+                    namespace: p.metadata.namespace.clone().unwrap_or_default(),
+                    name: p.metadata.name.clone().unwrap_or_default(),
+                    uid: uid.clone(),
+                },
+            );
+            let mut names = Vec::new();
+            if let Some(spec) = &p.spec {
+                names.extend(
+                    spec.init_containers
+                        .iter()
+                        .flatten()
+                        .map(|c| c.name.clone()),
+                );
+                names.extend(spec.containers.iter().map(|c| c.name.clone()));
+            }
+            ix.containers.insert(uid.clone(), names);
+            if let Some(st) = &p.status {
+                let all = st
+                    .init_container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(st.container_statuses.iter().flatten());
+                for cs in all {
+                    if let Some(id) = cs
+                        .container_id
+                        .as_deref()
+                        .and_then(cgroup::status_container_id)
+                    {
+                        ix.by_container_id
+                            .insert(id, (uid.clone(), cs.name.clone()));
+                    }
+                }
+            }
+            ix.pods.insert(uid, p.clone());
+        }
+        ix
+    }
+
+    /// The container a cgroup identity names: by container ID, else the
+    /// only container of the named pod.
+    pub fn resolve(&self, id: &CgroupIdentity) -> Option<String> {
+        if let Some((uid, name)) = self.by_container_id.get(&id.container_id) {
+            return Some(layout::container_key(uid, name));
+        }
+        let uid = id.pod_uid.as_ref()?;
+        match self.containers.get(uid).map(Vec::as_slice) {
+            Some([only]) => Some(layout::container_key(uid, only)),
+            _ => None,
+        }
+    }
+}
+
+/// `/proc/<pid>/cgroup` lookups, cached by (pid, start time) so a scrape
+/// over many processes reads each process's cgroup once.
+pub struct Resolver {
+    proc_root: PathBuf,
+    cache: Mutex<HashMap<(u32, u64), Option<CgroupIdentity>>>,
+}
+
+impl Resolver {
+    /// Over `proc_root` (`/proc`).
+    pub fn new(proc_root: impl Into<PathBuf>) -> Resolver {
+        Resolver {
+            proc_root: proc_root.into(),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The `/proc` in use.
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
+    }
+
+    /// Start time and cgroup identity of `pid` (`None`: gone).
+    pub fn lookup(&self, pid: u32) -> Option<(u64, Option<CgroupIdentity>)> {
+        let start = procfs::start_time(&self.proc_root, pid)?;
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if c.len() > 65536 {
+            c.clear();
+        }
+        let id = c
+            .entry((pid, start))
+            .or_insert_with(|| cgroup::of_pid(&self.proc_root, pid))
+            .clone();
+        Some((start, id))
+    }
+}
+
+/// One driver process, attributed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcObs {
+    /// Host PID.
+    pub pid: u32,
+    /// Start time (ticks), 0 when the process is gone already.
+    pub start_time: u64,
+    /// Device memory (`None`: NVML cannot tell).
+    pub used_bytes: Option<u64>,
+    /// Container key (`<podUID>_<ctr>`), when attributed.
+    pub container: Option<String>,
+}
+
+/// One GPU at one moment.
+#[derive(Clone, Debug)]
+pub struct DeviceObs {
+    /// The GPU.
+    pub info: GpuInfo,
+    /// (GPU %, memory controller %), when NVML answers.
+    pub utilization: Option<(u32, u32)>,
+    /// Its compute processes.
+    pub processes: Vec<ProcObs>,
+    /// Utilization samples returned this time.
+    pub samples: Vec<ProcessSample>,
+    /// The process query failed (the device may be unhealthy).
+    pub failed: bool,
+}
+
+/// Everything observed in one pass.
+#[derive(Clone, Debug, Default)]
+pub struct Observation {
+    /// Per GPU.
+    pub devices: Vec<DeviceObs>,
+}
+
+impl Observation {
+    /// Driver memory per (container key, GPU UUID).
+    pub fn driver_memory(&self) -> BTreeMap<(String, String), u64> {
+        let mut out = BTreeMap::new();
+        for d in &self.devices {
+            for p in &d.processes {
+                if let (Some(k), Some(b)) = (&p.container, p.used_bytes) {
+                    *out.entry((k.clone(), d.info.uuid.clone())).or_insert(0u64) += b;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Queries every GPU and attributes its processes: cgroup first, then
+/// `slot_pids` (host PID → container key from region slots).
+pub fn observe(
+    gpus: &dyn Gpus,
+    resolver: &Resolver,
+    pods: &PodIndex,
+    slot_pids: &HashMap<u32, String>,
+    since_us: &dyn Fn(u32) -> u64,
+) -> Result<Observation, crate::nvml::NvmlError> {
+    let mut out = Observation::default();
+    for info in gpus.devices()? {
+        let (procs, failed) = match gpus.processes(info.index) {
+            Ok(p) => (p, false),
+            Err(_) => (Vec::new(), true),
+        };
+        let processes = procs
+            .into_iter()
+            .map(|ProcessMemory { pid, used_bytes }| {
+                let (start_time, cg) = resolver.lookup(pid).unwrap_or((0, None));
+                let container = cg
+                    .as_ref()
+                    .and_then(|id| pods.resolve(id))
+                    .or_else(|| slot_pids.get(&pid).cloned());
+                ProcObs {
+                    pid,
+                    start_time,
+                    used_bytes,
+                    container,
+                }
+            })
+            .collect();
+        let samples = gpus
+            .process_utilization(info.index, since_us(info.index))
+            .unwrap_or_default();
+        out.devices.push(DeviceObs {
+            utilization: gpus.utilization(info.index).ok(),
+            info,
+            processes,
+            samples,
+            failed,
+        });
+    }
+    Ok(out)
+}
+
+/// The container of a PID for utilization samples (processes may not hold
+/// memory, so they are resolved on their own).
+pub fn container_of(
+    resolver: &Resolver,
+    pods: &PodIndex,
+    slot_pids: &HashMap<u32, String>,
+    pid: u32,
+) -> Option<String> {
+    resolver
+        .lookup(pid)
+        .and_then(|(_, cg)| cg.and_then(|id| pods.resolve(&id)))
+        .or_else(|| slot_pids.get(&pid).cloned())
+}
+
+/// One container directory's region, read-only, with its limits file.
+#[derive(Debug)]
+pub struct ContainerRegion {
+    /// `<podUID>_<ctr>`.
+    pub key: String,
+    /// The region file (`None`: no region yet).
+    pub path: Option<PathBuf>,
+    /// Its snapshot, or why it could not be read.
+    pub snapshot: Option<Result<vgpu_region::Snapshot, String>>,
+    /// The operator's limits file, when present and readable.
+    pub limits: Option<vgpu_region::limits::Limits>,
+}
+
+impl ContainerRegion {
+    /// The memory limit of device `d` of the region (bytes, 0 = none): the
+    /// limits file when there is one (the authority), else the region's copy.
+    pub fn memory_limit(&self, d: &vgpu_region::DeviceSnapshot) -> u64 {
+        match &self.limits {
+            Some(l) => l.for_device(&d.uuid).memory.unwrap_or(0),
+            None => d.limits.mem,
+        }
+    }
+
+    /// The SM limit of device `d`, percent (0 = none).
+    pub fn sm_limit(&self, d: &vgpu_region::DeviceSnapshot) -> u32 {
+        match &self.limits {
+            Some(l) => l.for_device(&d.uuid).sm.unwrap_or(0),
+            None => d.limits.sm,
+        }
+    }
+}
+
+/// The region file of a container directory: `region.cache`, else the
+/// first `*.cache` (HAMi names its file `<uuid4>.cache`).
+pub fn region_file(dir: &Path) -> Option<PathBuf> {
+    let main = dir.join(layout::REGION_FILE);
+    if std::fs::symlink_metadata(&main).is_ok_and(|m| m.is_file()) {
+        return Some(main);
+    }
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cache"))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+/// Every container directory under `<hook>/vgpu/containers`, read-only.
+pub fn scan_regions(l: &layout::Layout) -> Vec<ContainerRegion> {
+    let Ok(rd) = std::fs::read_dir(l.containers_dir()) else {
+        return Vec::new();
+    };
+    let mut keys: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|k| layout::parse_container_key(k).is_some())
+        .collect();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let path = region_file(&l.region_dir(&key));
+            let snapshot = path.as_ref().map(|p| {
+                vgpu_region::Region::open_read_only(p)
+                    .map(|r| r.snapshot())
+                    .map_err(|e| e.to_string())
+            });
+            let lf = l.limits_file(&key);
+            let limits = vgpu_region::limits::read_limits_file(&lf).ok();
+            ContainerRegion {
+                key,
+                path,
+                snapshot,
+                limits,
+            }
+        })
+        .collect()
+}
+
+/// Host PID → container key for every slot that recorded one.
+pub fn slot_pids(regions: &[ContainerRegion]) -> HashMap<u32, String> {
+    let mut m = HashMap::new();
+    for r in regions {
+        if let Some(Ok(s)) = &r.snapshot {
+            for slot in &s.slots {
+                if slot.host_pid != 0 {
+                    m.insert(slot.host_pid, r.key.clone());
+                }
+            }
+        }
+    }
+    m
+}
