@@ -15,6 +15,8 @@
 //!   through cgroups, compared with limits and ledgers, optionally enforced;
 //! - [`gc`]: dead slots reclaimed in any namespace, directories of pods gone
 //!   removed after a grace;
+//! - [`priority`]: the priority arbiter, writing and removing the `hold`
+//!   of low-priority containers while a high-priority one is busy;
 //! - [`manifests`]: the Kubernetes objects the Helm chart renders.
 //!
 //! Pure parts ([`allocate`], [`cgroup`], [`layout`]) do no I/O beyond what
@@ -34,6 +36,7 @@ pub mod monitor;
 pub mod nvml;
 pub mod observe;
 pub mod plugin;
+pub mod priority;
 pub mod procfs;
 pub mod proto;
 pub mod register;
