@@ -124,6 +124,21 @@ struct RunArgs {
     /// How often the pods bound to this node are listed.
     #[arg(long, default_value = "5s")]
     pod_refresh: String,
+    /// Priority hold, percent ("none" = arbiter off): while a container
+    /// with priority 0 is busy on a device, every container with priority
+    /// >= 1 on that device gets `hold N` in its limits file (it paces at
+    /// min(its SM limit, N)); removed after --priority-grace without one.
+    #[arg(long, default_value = "10")]
+    priority_hold: String,
+    /// Utilization (percent) at or above which a priority-0 container is busy.
+    #[arg(long, default_value_t = 5)]
+    priority_busy: u32,
+    /// How long a hold outlives the last busy sample of the priority-0 container.
+    #[arg(long, default_value = "2s")]
+    priority_grace: String,
+    /// The priority arbiter's period.
+    #[arg(long, default_value = "500ms")]
+    priority_interval: String,
     /// NVML library to load (default: libnvidia-ml.so.1 via the loader).
     #[arg(long)]
     nvml_library: Option<PathBuf>,
@@ -212,6 +227,22 @@ fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String, bool)> {
     c.register_interval = duration(&a.register_interval)?;
     c.health_interval = duration(&a.health_interval)?;
     c.pod_refresh = duration(&a.pod_refresh)?;
+    c.priority_hold = match a.priority_hold.trim() {
+        h if h.eq_ignore_ascii_case("none") => None,
+        h => match h.trim_end_matches('%').parse::<u32>() {
+            Ok(n) if n <= 100 => Some(n),
+            _ => bail!("--priority-hold {h:?}: expected a percent 0..=100 or none"),
+        },
+    };
+    if a.priority_busy == 0 || a.priority_busy > 100 {
+        bail!("--priority-busy must be 1..=100");
+    }
+    c.priority_busy_percent = a.priority_busy;
+    c.priority_grace = duration(&a.priority_grace)?;
+    c.priority_interval = duration(&a.priority_interval)?;
+    if c.priority_interval.is_zero() {
+        bail!("--priority-interval must be positive");
+    }
     c.nvml_library = a.nvml_library;
     c.kubeconfig = a.kubeconfig;
     Ok((c, a.log_level, a.check))

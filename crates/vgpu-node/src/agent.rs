@@ -1,7 +1,7 @@
 //! `vgpu node`: every part of the agent on one tokio runtime — device
 //! health, the device plugin, node registration, the pod cache, the monitor
-//! (`/metrics`, `/healthz`, `/readyz`), the watchdog, slot reclaim and cache
-//! GC — plus the broker on its own thread. SIGTERM/SIGINT stop them all:
+//! (`/metrics`, `/healthz`, `/readyz`), the watchdog, slot reclaim, cache
+//! GC and the priority arbiter — plus the broker on its own thread. SIGTERM/SIGINT stop them all:
 //! the plugin socket and the broker socket are removed.
 
 use std::collections::HashSet;
@@ -164,6 +164,13 @@ async fn every(period: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
         _ = tokio::time::sleep(period) => true,
         _ = shutdown.changed() => false,
     }
+}
+
+/// How old a container's utilization sample may be and still count: the
+/// sampler publishes every 100 ms; a second (or two of the arbiter's
+/// periods, if longer) without one means no process is publishing.
+pub fn priority_stale(interval: Duration) -> Duration {
+    (interval * 2).max(Duration::from_secs(1))
 }
 
 /// Runs the agent until SIGTERM/SIGINT.
@@ -333,6 +340,31 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
                     Err(_) => return,
                 }
                 if !every(cfg.gc_interval, &mut sd).await {
+                    return;
+                }
+            }
+        });
+    }
+
+    // The priority arbiter.
+    if let Some(rule) = cfg.priority_rule() {
+        let (cfg, mut sd) = (cfg.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let mut arb = crate::priority::Arbiter::new(rule);
+            // A sample older than this means no process is publishing: idle.
+            let stale = priority_stale(cfg.priority_interval);
+            loop {
+                let layout = cfg.layout.clone();
+                let res = tokio::task::spawn_blocking(move || {
+                    arb.pass(&layout, Instant::now(), vgpu_region::monotonic_ns(), stale);
+                    arb
+                })
+                .await;
+                match res {
+                    Ok(a) => arb = a,
+                    Err(_) => return,
+                }
+                if !every(cfg.priority_interval, &mut sd).await {
                     return;
                 }
             }

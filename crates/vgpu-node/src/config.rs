@@ -73,6 +73,17 @@ pub struct NodeConfig {
     /// How often the pods bound to this node are listed for the monitor
     /// and the watchdog.
     pub pod_refresh: Duration,
+    /// The priority arbiter's hold, percent (`devicePlugin.priorityHold`;
+    /// `None`: the arbiter is off). Default 10.
+    pub priority_hold: Option<u32>,
+    /// Utilization at or above which a high-priority container counts as
+    /// busy, percent. Default 5.
+    pub priority_busy_percent: u32,
+    /// How long after its high-priority container was last busy a hold is
+    /// kept (hysteresis). Default 2 s.
+    pub priority_grace: Duration,
+    /// The arbiter's period. Default 500 ms.
+    pub priority_interval: Duration,
     /// NVML library to load (default: `libnvidia-ml.so.1` through the loader).
     pub nvml_library: Option<PathBuf>,
     /// Kubernetes API: a kubeconfig path (default: in-cluster, then `KUBECONFIG`).
@@ -108,6 +119,10 @@ impl NodeConfig {
             register_interval: Duration::from_secs(30),
             health_interval: Duration::from_secs(1),
             pod_refresh: Duration::from_secs(5),
+            priority_hold: Some(10),
+            priority_busy_percent: 5,
+            priority_grace: Duration::from_secs(2),
+            priority_interval: Duration::from_millis(500),
             nvml_library: None,
             kubeconfig: None,
         }
@@ -120,6 +135,15 @@ impl NodeConfig {
             memory_scaling: self.memory_scaling,
             core_scaling: self.core_scaling,
         }
+    }
+
+    /// The priority arbiter's rule (`None`: off).
+    pub fn priority_rule(&self) -> Option<crate::priority::Rule> {
+        self.priority_hold.map(|hold| crate::priority::Rule {
+            hold,
+            busy_ppm: self.priority_busy_percent.saturating_mul(10_000),
+            grace: self.priority_grace,
+        })
     }
 
     /// The plugin socket's path.

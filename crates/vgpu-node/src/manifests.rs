@@ -92,6 +92,8 @@ pub struct DevicePlugin {
     pub tolerance: String,
     /// Watchdog grace.
     pub grace: String,
+    /// The priority arbiter's hold in percent, or `none` (arbiter off).
+    pub priority_hold: String,
     /// Kubelet device-plugin directory.
     pub device_plugin_path: String,
     /// Host directory of the broker socket (mounted read-only into pods).
@@ -195,6 +197,7 @@ impl Default for DevicePlugin {
             enforce: "report".into(),
             tolerance: "128m".into(),
             grace: "30s".into(),
+            priority_hold: "10".into(),
             device_plugin_path: "/var/lib/kubelet/device-plugins".into(),
             broker_dir: "/run/vgpu".into(),
         }
@@ -278,6 +281,7 @@ pub fn node_args(v: &Values) -> Vec<String> {
         format!("--enforce={}", d.enforce),
         format!("--tolerance={}", d.tolerance),
         format!("--grace={}", d.grace),
+        format!("--priority-hold={}", d.priority_hold),
     ]
 }
 

@@ -522,6 +522,11 @@ impl Monitor {
             "vgpu_container_over_limit",
             "1 when the driver reports more than the limit plus the tolerance",
         );
+        let held = gauge(
+            reg,
+            "vgpu_container_priority_held",
+            "1 while the container (priority >= 1) carries a priority hold in its limits file, else 0",
+        );
         let region_err = gauge(
             reg,
             "vgpu_region_errors",
@@ -544,6 +549,10 @@ impl Monitor {
                 ("pod", pod.clone()),
                 ("container", ctr.clone()),
             ];
+            if let Some(l) = r.limits.as_ref().filter(|l| l.priority.is_some()) {
+                let on = l.priority.is_some_and(|p| p >= 1) && l.hold.is_some();
+                set(&held, base.clone(), if on { 1.0 } else { 0.0 });
+            }
             let snap = match &r.snapshot {
                 Some(Ok(s)) => s,
                 Some(Err(_)) => {

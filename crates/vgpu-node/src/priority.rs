@@ -576,14 +576,19 @@ mod tests {
             std::fs::create_dir_all(layout.limits_dir(key)).unwrap();
             std::fs::write(layout.limits_file(key), text).unwrap();
         };
-        mk("podh_main", "vgpu-limits 1\ndevice GPU-a memory=1024\npriority 0\n");
+        mk(
+            "podh_main",
+            "vgpu-limits 1\ndevice GPU-a memory=1024\npriority 0\n",
+        );
         mk(
             "podl_main",
             "vgpu-limits 1\ndevice GPU-a memory=2048 sm=5\npolicy force\npriority 1\n",
         );
         // A region for the low one, to see the generation move.
         let (r, _) = vgpu_region::Region::open_or_create(
-            &layout.region_dir("podl_main").join(crate::layout::REGION_FILE),
+            &layout
+                .region_dir("podl_main")
+                .join(crate::layout::REGION_FILE),
             &vgpu_region::CreateOptions {
                 slots: 2,
                 devices: vec![vgpu_region::DeviceConfig {
