@@ -125,8 +125,8 @@ struct RunArgs {
     #[arg(long, default_value = "5s")]
     pod_refresh: String,
     /// Priority hold, percent ("none" = arbiter off): while a container
-    /// with priority 0 is busy on a device, every container with priority
-    /// >= 1 on that device gets `hold N` in its limits file (it paces at
+    /// with priority 0 is busy on a device, every container on it with a
+    /// priority of 1 or more gets `hold N` in its limits file (it paces at
     /// min(its SM limit, N)); removed after --priority-grace without one.
     #[arg(long, default_value = "10")]
     priority_hold: String,

@@ -383,10 +383,12 @@ mod tests {
         (k.to_owned(), h)
     }
 
+    /// (case, views, expected changes from a fresh arbiter).
+    type Case = (&'static str, Vec<View>, Vec<(String, Option<u32>)>);
+
     #[test]
     fn one_cycle_table() {
-        // (case, views, expected changes) from a fresh arbiter.
-        let cases: Vec<(&str, Vec<View>, Vec<(String, Option<u32>)>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "busy high holds the low on its device",
                 vec![
