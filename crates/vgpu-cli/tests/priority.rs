@@ -1,20 +1,18 @@
 //! The node agent's priority arbiter with real processes: on a private
-//! simulated GPU, two container directories laid out as the agent's
-//! Allocate leaves them (region under `containers/`, limits file under
-//! `limits/`), one `priority 0` and one `priority 1`, neither with an SM
-//! limit, each running a flat-out launcher under libvgpu.so; the arbiter's
-//! loop runs as the agent runs it. While the high-priority one is busy the
-//! low one is held; after it stops the hold is removed.
+//! simulated GPU, the real `vgpu node` (fast test periods) and two pods'
+//! container directories laid out as its Allocate leaves them (region
+//! under `containers/`, limits file under `limits/`), one `priority 0` and
+//! one `priority 1`, neither with an SM limit, each running a flat-out
+//! launcher under libvgpu.so. While the high-priority one is busy the low
+//! one is held (and `/metrics` says so); after it stops the hold is
+//! removed.
 
 mod node_common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use node_common::*;
 use vgpu_node::layout::Layout;
-use vgpu_node::priority::{Arbiter, Rule};
 use vgpu_region::limits::{self, Device, DeviceLine, Limits};
 
 const HOLD: u32 = 10;
@@ -85,49 +83,70 @@ fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
 
-#[test]
-fn a_busy_high_priority_container_holds_a_low_one_until_it_stops() {
-    let env = Env::new(1);
-    let layout = Layout::new(&env.hook);
-    let (hi, lo) = ("podhigh_main", "podlow_main");
-    let hi_env = container(&layout, hi, 0);
-    let lo_env = container(&layout, lo, 1);
+/// `vgpu_container_priority_held` of pod `pod`'s container `main`.
+fn held_metric(agent: &Agent, pod: &str) -> Option<f64> {
+    value(
+        &agent.scrape(),
+        "vgpu_container_priority_held",
+        &[
+            ("namespace", "default"),
+            ("pod", pod),
+            ("container", "main"),
+        ],
+    )
+}
 
-    // The arbiter's loop, as `vgpu node` runs it (fast test periods).
-    let interval = Duration::from_millis(200);
-    let stop = Arc::new(AtomicBool::new(false));
-    let arbiter = {
-        let (layout, stop) = (layout.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut a = Arbiter::new(Rule {
-                hold: HOLD,
-                busy_ppm: 50_000,
-                grace: Duration::from_secs(1),
-            });
-            let stale = vgpu_node::agent::priority_stale(interval);
-            while !stop.load(Ordering::SeqCst) {
-                a.pass(&layout, Instant::now(), vgpu_region::monotonic_ns(), stale);
-                std::thread::sleep(interval);
-            }
-        })
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_high_priority_container_holds_a_low_one_until_it_stops() {
+    let env = Env::new(1);
+    let kubelet = Kubelet::start(&env.dp_dir).await;
+    let agent = env.agent(&[
+        "--priority-interval",
+        "200ms",
+        "--priority-grace",
+        "1s",
+        "--priority-hold",
+        &HOLD.to_string(),
+    ]);
+    kubelet.wait_registrations(1, Duration::from_secs(20)).await;
+    // The processes and the waits below block: off the runtime's threads.
+    tokio::task::spawn_blocking(move || held_then_released(&env, &agent))
+        .await
+        .unwrap();
+}
+
+fn held_then_released(env: &Env, agent: &Agent) {
+    let layout = Layout::new(&env.hook);
+    let dev = format!("{},NVIDIA,1024,0:;", uuid(0));
+    let key = |pod: &str| {
+        let uid = env.gpu_pod(pod, &[("main", false)], &dev).metadata.uid;
+        vgpu_node::layout::container_key(&uid.unwrap(), "main")
     };
+    let (hi, lo) = (key("high"), key("low"));
+    let hi_env = container(&layout, &hi, 0);
+    let lo_env = container(&layout, &lo, 1);
 
     // The low-priority container alone: not held, it has the device.
-    let low = launcher(&env, &lo_env);
+    let low = launcher(env, &lo_env);
     sleep_ms(1500);
     let t = vgpu_region::monotonic_ns();
-    let alone = share(&env, low.pid(), t - 1_000_000_000, t);
-    assert_eq!(hold_of(&layout, lo), None, "held with nobody else busy");
+    let alone = share(env, low.pid(), t - 1_000_000_000, t);
+    assert_eq!(hold_of(&layout, &lo), None, "held with nobody else busy");
     assert!(alone >= 50.0, "alone the low one got only {alone:.1} %");
+    wait_for(Duration::from_secs(10), "the pods in the monitor", || {
+        (held_metric(agent, "low") == Some(0.0)).then_some(())
+    });
 
     // The high-priority one starts: the low one is held.
-    let high = launcher(&env, &hi_env);
+    let high = launcher(env, &hi_env);
     let started = Instant::now();
     wait_for(Duration::from_secs(10), "the hold to be written", || {
-        (hold_of(&layout, lo) == Some(HOLD)).then_some(())
+        (hold_of(&layout, &lo) == Some(HOLD)).then_some(())
     });
     let took = started.elapsed();
-    assert_eq!(hold_of(&layout, hi), None, "the high one is never held");
+    assert_eq!(hold_of(&layout, &hi), None, "the high one is never held");
+    assert_eq!(held_metric(agent, "low"), Some(1.0));
+    assert_eq!(held_metric(agent, "high"), Some(0.0));
     // Every process sees it within a control period; measure after that.
     sleep_ms(1000);
     let from = vgpu_region::monotonic_ns();
@@ -145,7 +164,7 @@ fn a_busy_high_priority_container_holds_a_low_one_until_it_stops() {
         h >= 40.0,
         "the high one only got {h:.1} % beside a held low one"
     );
-    let snap = vgpu_region::Region::open_read_only(&layout.region_dir(lo).join("region.cache"))
+    let snap = vgpu_region::Region::open_read_only(&layout.region_dir(&lo).join("region.cache"))
         .unwrap()
         .snapshot();
     let states: Vec<&str> = snap
@@ -155,7 +174,7 @@ fn a_busy_high_priority_container_holds_a_low_one_until_it_stops() {
         .collect();
     assert!(states.contains(&"Held"), "low's limiter states {states:?}");
     assert_eq!(
-        hold_of(&layout, lo),
+        hold_of(&layout, &lo),
         Some(HOLD),
         "the hold stays while busy"
     );
@@ -164,7 +183,7 @@ fn a_busy_high_priority_container_holds_a_low_one_until_it_stops() {
     drop(high);
     let stopped = Instant::now();
     wait_for(Duration::from_secs(8), "the hold to be removed", || {
-        hold_of(&layout, lo).is_none().then_some(())
+        hold_of(&layout, &lo).is_none().then_some(())
     });
     let gone = stopped.elapsed();
     assert!(
@@ -172,21 +191,19 @@ fn a_busy_high_priority_container_holds_a_low_one_until_it_stops() {
         "hold removed {gone:?} after the high one stopped: sooner than the grace"
     );
     // Nothing but the hold changed, in either file.
-    let f = limits::read_limits_file(&layout.limits_file(lo)).unwrap();
+    let f = limits::read_limits_file(&layout.limits_file(&lo)).unwrap();
     assert_eq!(f.priority, Some(1));
     assert_eq!(f.for_device(&uuid(0)).memory, Some(1 << 30));
     assert_eq!(f.for_device(&uuid(0)).sm, None);
     // And the low one has the device back.
     sleep_ms(1500);
     let t = vgpu_region::monotonic_ns();
-    let after = share(&env, low.pid(), t - 1_000_000_000, t);
+    let after = share(env, low.pid(), t - 1_000_000_000, t);
+    assert_eq!(held_metric(agent, "low"), Some(0.0));
     eprintln!(
         "priority: low alone {alone:.1} %; held {l:.1} % beside high {h:.1} % (hold written \
          {took:?} after high started); hold removed {gone:?} after high stopped; low after {after:.1} %"
     );
     assert!(after >= 50.0, "released, the low one got only {after:.1} %");
-
-    stop.store(true, Ordering::SeqCst);
-    arbiter.join().unwrap();
     drop(low);
 }
