@@ -153,8 +153,8 @@ fn held_then_released(env: &Env, agent: &Agent) {
     sleep_ms(3000);
     let to = vgpu_region::monotonic_ns();
     let (l, h) = (
-        share(&env, low.pid(), from, to),
-        share(&env, high.pid(), from, to),
+        share(env, low.pid(), from, to),
+        share(env, high.pid(), from, to),
     );
     assert!(
         l <= f64::from(HOLD) + 15.0,
