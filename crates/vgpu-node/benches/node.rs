@@ -491,10 +491,15 @@ fn main() {
             "cargo bench -p vgpu-node --bench node -- --write{}",
             if quick { " --quick" } else { "" }
         );
-        let revision = sh("git rev-parse --short HEAD");
+        let revision = sh("git rev-parse --short HEAD")
+            + if sh("git status --porcelain --untracked-files=no").is_empty() {
+                ""
+            } else {
+                " + uncommitted changes"
+            };
         let m = machine();
         let md = format!(
-            "# Node agent benchmarks (vgpu-node)\n\n**Provisional**: measured on a shared, loaded 2-core machine while other sessions were compiling; tails are noisy. Re-run on a quiet machine before quoting.\n\nCommand (from the repository root), revision `{revision}` (+ working tree):\n\n```\n{command}\n```\n\nWhat it does: see the header of `crates/vgpu-node/benches/node.rs` and `docs/bench.md`. Monitor and watchdog run over 100 real region files with 16 registered slots each (16 holder processes) and 1600 real processes in 100 kubelet-shaped cgroups; the driver side (no GPU here) is a fixed table of those 1600 PIDs. Allocate goes through gRPC on the plugin's Unix socket against the API emulator over HTTP (pod lookup, limits file fsynced, annotation patches, node-lock release). Each figure has a baseline measured in the same run, interleaved with it. Times in ms; raw samples in `node-agent.json`.\n\n{out}\n{notes}\n\nMachine:\n\n```\n{m}\n```\n"
+            "# Node agent benchmarks (vgpu-node)\n\n**Provisional**: measured on a shared, loaded 2-core machine while other sessions were compiling; tails are noisy. Re-run on a quiet machine before quoting.\n\nCommand (from the repository root), revision `{revision}`:\n\n```\n{command}\n```\n\nWhat it does: see the header of `crates/vgpu-node/benches/node.rs` and `docs/bench.md`. Monitor and watchdog run over 100 real region files with 16 registered slots each (16 holder processes) and 1600 real processes in 100 kubelet-shaped cgroups; the driver side (no GPU here) is a fixed table of those 1600 PIDs. Allocate goes through gRPC on the plugin's Unix socket against the API emulator over HTTP (pod lookup, limits file fsynced, annotation patches, node-lock release). Each figure has a baseline measured in the same run, interleaved with it. Times in ms; raw samples in `node-agent.json`.\n\n{out}\n{notes}\n\nMachine:\n\n```\n{m}\n```\n"
         );
         std::fs::write(root.join("node-agent.md"), md).unwrap();
         let rows: Vec<serde_json::Value> = [(&scrape, &scrape_base), (&alloc, &alloc_base), (&wd, &wd_base)]
