@@ -152,10 +152,16 @@ impl CacheGc {
             missing.insert(uid.to_owned());
             let since = *self.gone_since.entry(uid.to_owned()).or_insert(now);
             let region_dir = layout.region_dir(&key);
-            let in_use = observe::region_file(&region_dir)
-                .and_then(|p| vgpu_region::Region::open_read_only(&p).ok())
-                .is_some_and(|r| {
-                    r.snapshot().slots.iter().any(|s| {
+            // A region that exists but cannot be read is kept: only a region
+            // whose every owner is proved dead may go (never fail open).
+            let in_use = observe::region_file(&region_dir).is_some_and(|p| {
+                match vgpu_region::Region::open_read_only(&p) {
+                    Err(e) if p.exists() => {
+                        tracing::warn!(region = %p.display(), "cache GC: cannot read the region, keeping it: {}", vgpu_errors::chain(&e));
+                        true
+                    }
+                    Err(_) => false,
+                    Ok(r) => r.snapshot().slots.iter().any(|s| {
                         !live.owner_dead(&vgpu_region::SlotOwner {
                             slot: vgpu_region::SlotId(s.index),
                             reclaiming: false,
@@ -165,8 +171,9 @@ impl CacheGc {
                             start_time: s.start_time,
                             host_pid: s.host_pid,
                         })
-                    })
-                });
+                    }),
+                }
+            });
             let dirs = [region_dir, layout.limits_dir(&key)];
             let old = dirs.iter().all(|d| !d.exists() || older_than(d, grace));
             if in_use || now.duration_since(since) < grace || !old {
@@ -295,5 +302,25 @@ mod tests {
         let rep = gc.pass(&l, &HashSet::new(), &live, GRACE, t0 + GRACE * 5);
         assert_eq!(rep.waiting, vec!["busy_main".to_owned()]);
         assert!(path.exists() && l.limits_dir("busy_main").exists());
+    }
+
+    #[test]
+    fn a_region_that_cannot_be_read_is_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        dirs(&l, "odd_main", GRACE * 2);
+        // Not a region vgpu can read (a foreign or torn file): its owners
+        // cannot be proved dead, so it stays.
+        let path = l.region_dir("odd_main").join(layout::REGION_FILE);
+        std::fs::write(&path, b"not a region").unwrap();
+        dirs(&l, "odd_main", GRACE * 2);
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        let mut gc = CacheGc::default();
+        let t0 = Instant::now();
+        gc.pass(&l, &HashSet::new(), &live, GRACE, t0);
+        let rep = gc.pass(&l, &HashSet::new(), &live, GRACE, t0 + GRACE * 5);
+        assert_eq!(rep.waiting, vec!["odd_main".to_owned()]);
+        assert!(rep.removed.is_empty());
+        assert!(path.exists() && l.limits_dir("odd_main").exists());
     }
 }
