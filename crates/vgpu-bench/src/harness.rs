@@ -294,7 +294,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, HarnessError> {
                 cmd.env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &region_path);
             }
             Mode::Preload { lib, .. } => {
+                // The same region as `vgpu`, so another build of libvgpu.so
+                // (e.g. the previous one, for a before/after sweep) does the
+                // same work; an interposer that ignores the variable is
+                // unaffected.
                 cmd.env("LD_PRELOAD", lib);
+                cmd.env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &region_path);
             }
         }
         let fds = [
