@@ -10,9 +10,11 @@ fn a_fifo_at_the_default_region_path_does_not_hang_inspect() {
         eprintln!("SKIP: needs root (a private mount namespace)");
         return;
     }
-    let script = "mount -t tmpfs tmpfs /tmp && mkdir -m 1777 /tmp/vgpu \
+    // The binary is held open on fd 3 and run through it: the new /tmp
+    // hides the checkout when it lives under /tmp (a CI clone may).
+    let script = "exec 3<\"$0\" && mount -t tmpfs tmpfs /tmp && mkdir -m 1777 /tmp/vgpu \
                   && mkfifo -m 0666 /tmp/vgpu/region.cache \
-                  && timeout 60 \"$0\" inspect; echo \"rc=$?\"";
+                  && timeout 60 /proc/self/fd/3 inspect; echo \"rc=$?\"";
     let out = Command::new("unshare")
         .args(["-m", "sh", "-c", script, env!("CARGO_BIN_EXE_vgpu")])
         .env_remove("CUDA_DEVICE_MEMORY_SHARED_CACHE")

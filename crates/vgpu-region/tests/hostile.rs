@@ -76,9 +76,11 @@ fn a_fifo_at_the_default_path_blocks_no_opener() {
         eprintln!("SKIP: needs root (a private mount namespace)");
         return;
     }
-    let script = "mount -t tmpfs tmpfs /tmp && mkdir -m 1777 /tmp/vgpu \
+    // The worker is held open on fd 3 and run through it: the new /tmp
+    // hides the checkout when it lives under /tmp (a CI clone may).
+    let script = "exec 3<\"$0\" && mount -t tmpfs tmpfs /tmp && mkdir -m 1777 /tmp/vgpu \
                   && mkfifo -m 0666 /tmp/vgpu/region.cache \
-                  && exec timeout 60 \"$0\" probe /tmp/vgpu/region.cache";
+                  && exec timeout 60 /proc/self/fd/3 probe /tmp/vgpu/region.cache";
     let out = Command::new("unshare")
         .args(["-m", "sh", "-c", script, common::WORKER])
         .env_remove(vgpu_region::failpoint::ENV)
