@@ -142,6 +142,7 @@ impl ProbeDriver for SimDriver {
 }
 
 #[test]
+#[ignore = "a subprocess entry point, run only by this file's tests (--ignored)"]
 fn child_entry() {
     let Ok(role) = std::env::var("VGPU_ID_CHILD") else {
         return; // Not a child: nothing to do.
@@ -316,7 +317,7 @@ fn child_cmd(wrapper: &[&str], role: &str) -> Command {
         }
         None => Command::new(&exe),
     };
-    c.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+    c.args(["child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env("VGPU_ID_CHILD", role)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());

@@ -49,6 +49,7 @@ fn say(kv: &[(&str, String)]) {
 /// busy kernel), `launch`, `sleepMS`, `report` (a RESULT line), `wait` (one
 /// line on stdin), `hold` (stdin to EOF).
 #[test]
+#[ignore = "a subprocess entry point, run only by this file's tests (--ignored)"]
 fn worker_entry() {
     let Ok(steps) = std::env::var("VGPU_IDW_STEPS") else {
         return;
@@ -169,7 +170,7 @@ impl Worker {
             }
             None => command(&exe, &[], env),
         };
-        c.args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
+        c.args(["worker_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
             .env("VGPU_IDW_STEPS", steps)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -73,7 +73,7 @@ fn a_fifo_at_the_path_blocks_no_opener_and_is_refused() {
 #[test]
 fn a_fifo_at_the_default_path_blocks_no_opener() {
     if !common::is_root() {
-        eprintln!("SKIP: needs root (a private mount namespace)");
+        common::skip("needs root (a private mount namespace)");
         return;
     }
     // The worker is held open on fd 3 and run through it: the new /tmp
@@ -206,7 +206,7 @@ fn a_hard_link_is_not_initialized_in_place() {
 #[test]
 fn another_users_directory_or_file_is_refused() {
     if !common::is_root() {
-        eprintln!("SKIP: needs root (chown)");
+        common::skip("needs root (chown)");
         return;
     }
     let (uid, gid) = common::tenant_user();
@@ -249,7 +249,7 @@ fn mode(p: &Path) -> u32 {
 #[test]
 fn a_root_region_is_0666_whatever_the_umask_and_a_tenant_writes_it() {
     if !common::is_root() {
-        eprintln!("SKIP: needs root");
+        common::skip("needs root");
         return;
     }
     let dir = common::shared_tempdir();

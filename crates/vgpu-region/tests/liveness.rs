@@ -13,7 +13,7 @@ use vgpu_region::Region;
 #[test]
 fn a_hidden_live_process_is_not_reclaimed() {
     if !common::is_root() {
-        eprintln!("SKIP: needs root (a user, a private mount namespace)");
+        common::skip("needs root (a user, a private mount namespace)");
         return;
     }
     common::tenant_user();

@@ -11,7 +11,7 @@ use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Region};
 #[test]
 fn reclaim_stays_within_its_pid_namespace() {
     if Command::new("unshare").arg("--version").output().is_err() {
-        eprintln!("SKIP: unshare(1) not installed");
+        common::skip("unshare(1) not installed");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
