@@ -8,7 +8,10 @@ fn a_fifo_at_the_default_region_path_does_not_hang_inspect() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         // Under CI (root) a skip would let the test pass by not running.
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs as root");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root"
+        );
         eprintln!("SKIP: needs root (a private mount namespace)");
         return;
     }

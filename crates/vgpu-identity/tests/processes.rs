@@ -317,10 +317,16 @@ fn child_cmd(wrapper: &[&str], role: &str) -> Command {
         }
         None => Command::new(&exe),
     };
-    c.args(["child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("VGPU_ID_CHILD", role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
+    c.args([
+        "child_entry",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("VGPU_ID_CHILD", role)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped());
     c
 }
 

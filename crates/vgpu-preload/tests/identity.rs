@@ -170,11 +170,17 @@ impl Worker {
             }
             None => command(&exe, &[], env),
         };
-        c.args(["worker_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-            .env("VGPU_IDW_STEPS", steps)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        c.args([
+            "worker_entry",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("VGPU_IDW_STEPS", steps)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         let mut child = c.spawn().expect("spawn worker");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap());

@@ -79,7 +79,10 @@ pub fn sigkill(c: &Child) {
 /// A test that cannot run here says why; under CI (`CI=true`, as root) a
 /// skip is a failure, so a privileged test can never pass by not running.
 pub fn skip(reason: &str) {
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "cannot run under CI: {reason}");
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "cannot run under CI: {reason}"
+    );
     eprintln!("SKIP: {reason}");
 }
 
