@@ -178,10 +178,23 @@ fn share(pids: &[u32], from: u64, to: u64) -> f64 {
     busy as f64 * 100.0 / (to - from) as f64
 }
 
+/// The band, from 153 shares measured in 3 runs of this file on a 2-core
+/// machine at load average 11 (three other builds beside it): over the
+/// target by at most +4.8 points (median |off| 1.1, p95 5.6), under it by
+/// up to 11.3 when the loaded CPU starves the tenant itself. Over-granting
+/// is the limiter's failure, so that side is tight; under-delivery on a
+/// starved CPU is not, so that side has room.
+const OVER: f64 = 7.0;
+const UNDER: f64 = 12.0;
+
 fn in_band(what: &str, got: f64, target: f64) {
+    eprintln!(
+        "BAND {what}: {got:.1} % for {target} (off {:+.1})",
+        got - target
+    );
     assert!(
-        (got - target).abs() <= 15.0,
-        "{what}: {got:.1} % is outside {target} ± 15"
+        got <= target + OVER && got >= target - UNDER,
+        "{what}: {got:.1} % is outside {target} +{OVER} / -{UNDER}"
     );
 }
 
