@@ -102,3 +102,27 @@ fn every_cudart_request_routes_to_the_export_the_headers_name() {
     assert_eq!(r, CUresult::CUDA_SUCCESS);
     assert_eq!(Some(pfn), address(&lib, "cuLaunchKernel_ptsz"));
 }
+
+/// docs/sim.md states how many entry points the simulated `libcuda.so.1`
+/// exports; the count is the built library's, so the doc cannot drift.
+#[test]
+fn docs_state_the_exported_entry_point_count() {
+    let path = vgpu_sim::locate_artifact("libvgpu_sim_cuda.so").expect("built cdylib");
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&path)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success(), "nm failed on {}", path.display());
+    let exports = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("T"))
+        .count();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sim.md"))
+        .expect("docs/sim.md");
+    let stated = format!("`libcuda.so.1` exports {exports} entry points");
+    assert!(
+        doc.contains(&stated),
+        "docs/sim.md must say \"{stated}\" (the built library exports {exports})"
+    );
+}
