@@ -210,4 +210,3 @@ func writeFile(t *testing.T, dir, name string, b []byte) string {
 	}
 	return p
 }
-

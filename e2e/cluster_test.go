@@ -491,4 +491,3 @@ func run(name string, args ...string) (string, error) {
 	err := cmd.Run()
 	return out.String(), err
 }
-
