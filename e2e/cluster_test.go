@@ -18,6 +18,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -194,12 +195,19 @@ func freePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// stopWaiting wraps an error that no amount of waiting fixes (a process
+// exited): waitFor returns it at once.
+type stopWaiting struct{ error }
+
 func waitFor(timeout time.Duration, what string, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
 		if last = f(); last == nil {
 			return nil
+		}
+		if errors.As(last, new(stopWaiting)) {
+			return fmt.Errorf("waiting for %s: %v", what, last)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -345,6 +353,10 @@ func startControlPlane() (*controlPlane, error) {
 		"--service-account-key-file=" + saPubFile,
 		"--service-account-signing-key-file=" + saKey,
 		"--authorization-mode=RBAC",
+		// As kubeadm and every managed cluster: the node agent is privileged.
+		"--allow-privileged=true",
+		// The kubernetes Service's endpoints may not be loopback.
+		"--endpoint-reconciler-type=none",
 		"--audit-policy-file=" + policy, "--audit-log-path=" + c.auditLog,
 		"--audit-log-mode=blocking",
 	}, nil)
@@ -362,7 +374,7 @@ func startControlPlane() (*controlPlane, error) {
 	c.dyn = dynamic.NewForConfigOrDie(c.admin)
 	if err := waitFor(90*time.Second, "kube-apiserver /readyz", func() error {
 		if c.apis.exited() {
-			return fmt.Errorf("exited\n%s", c.apis.tail())
+			return stopWaiting{fmt.Errorf("exited\n%s", c.apis.tail())}
 		}
 		b, err := c.cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		if err != nil {
@@ -393,7 +405,7 @@ func startControlPlane() (*controlPlane, error) {
 	for _, ns := range []string{"default", "kube-system"} {
 		if err := waitFor(60*time.Second, "ServiceAccount "+ns+"/default", func() error {
 			if kcm.exited() {
-				return fmt.Errorf("kube-controller-manager exited\n%s", kcm.tail())
+				return stopWaiting{fmt.Errorf("kube-controller-manager exited\n%s", kcm.tail())}
 			}
 			_, err := c.cs.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
 			return err

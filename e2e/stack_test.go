@@ -157,7 +157,7 @@ func startStack(t *testing.T, devices int, extraAgentArgs ...string) *stack {
 	s.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 	if err := waitFor(60*time.Second, "vgpu scheduler /healthz over HTTPS", func() error {
 		if s.sched.exited() {
-			return fmt.Errorf("exited\n%s", s.sched.tail())
+			return stopWaiting{fmt.Errorf("exited\n%s", s.sched.tail())}
 		}
 		r, err := s.schedTLS.Get(s.schedURL + "/healthz")
 		if err != nil {
@@ -289,7 +289,7 @@ func (s *stack) waitAllocatable(n int) {
 	t := s.t
 	if err := waitFor(60*time.Second, fmt.Sprintf("node allocatable nvidia.com/gpu=%d", n), func() error {
 		if s.agent.exited() {
-			return fmt.Errorf("vgpu node exited\n%s", s.agent.tail())
+			return stopWaiting{fmt.Errorf("vgpu node exited\n%s", s.agent.tail())}
 		}
 		node, err := cp.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 		if err != nil {
