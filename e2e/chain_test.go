@@ -176,6 +176,16 @@ func metricValue(text, name string, labels map[string]string) (float64, bool) {
 	return 0, false
 }
 
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // deviceEntry is one `UUID,NVIDIA,MiB,cores` of HAMi's device list.
 type deviceEntry struct {
 	uuid       string
@@ -320,13 +330,13 @@ func TestChainOnePod(t *testing.T) {
 
 	labels := map[string]string{"namespace": "default", "pod": "chain-a", "container": "main", "device_uuid": uuid}
 	if err := waitFor(30*time.Second, "the pod's series on the node monitor", func() error {
-		text, err := scrape(nil, s.agentURL)
+		text, err := scrape(nil, s.agentURL+"/metrics")
 		if err != nil {
 			return err
 		}
 		lim, ok := metricValue(text, "hami_vgpu_memory_limit_bytes", labels)
 		if !ok || lim != 1024*mib {
-			return fmt.Errorf("hami_vgpu_memory_limit_bytes %v %v", lim, ok)
+			return fmt.Errorf("hami_vgpu_memory_limit_bytes %v %v in\n%s", lim, ok, grepLines(text, "hami_vgpu_"))
 		}
 		used, ok := metricValue(text, "hami_vgpu_memory_used_bytes", labels)
 		if !ok || used < 700*mib {

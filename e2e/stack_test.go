@@ -212,8 +212,13 @@ func startStack(t *testing.T, devices int, extraAgentArgs ...string) *stack {
 	}
 	for _, l := range strings.Split(out, "\n") {
 		if kv, ok := strings.CutPrefix(strings.TrimSpace(l), "export "); ok {
+			// K='value' or K='value'${K:+:$K}: the quoted part (the
+			// processes started here get no inherited value to append).
 			k, v, _ := strings.Cut(kv, "=")
-			s.simEnv = append(s.simEnv, k+"="+strings.Trim(v, `'"`))
+			if q, ok := strings.CutPrefix(v, "'"); ok {
+				v, _, _ = strings.Cut(q, "'")
+			}
+			s.simEnv = append(s.simEnv, k+"="+v)
 		}
 	}
 	if len(s.simEnv) == 0 {

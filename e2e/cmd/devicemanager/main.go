@@ -188,8 +188,26 @@ func (d *driver) registerNode(ctx context.Context, labels string) error {
 		}
 	}
 	_, err := d.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	// The API server's TaintNodesByCondition admission taints a new Node
+	// not-ready; the node lifecycle controller lifts it once the kubelet's
+	// Ready heartbeats arrive. No heartbeats here (and no such controller):
+	// lift it as that controller would for a Ready node.
+	cur, err := d.cs.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var keep []v1.Taint
+	for _, t := range cur.Spec.Taints {
+		if t.Key != v1.TaintNodeNotReady {
+			keep = append(keep, t)
+		}
+	}
+	if len(keep) != len(cur.Spec.Taints) {
+		cur.Spec.Taints = keep
+		_, err = d.cs.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
 	}
 	return err
 }
