@@ -368,6 +368,9 @@ func TestChainTwentyPodsAndKubeletRestart(t *testing.T) {
 		t.Fatalf("registered GPUs %v", gpus)
 	}
 	seed := time.Now().UnixNano()
+	if v := os.Getenv("VGPU_E2E_SEED"); v != "" { // to replay a failure
+		seed, _ = strconv.ParseInt(v, 10, 64)
+	}
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	ctx := context.Background()
@@ -518,6 +521,20 @@ func TestChainTwentyPodsAndKubeletRestart(t *testing.T) {
 	}
 	// Room for one more: delete a bound pod, then a small one fits.
 	cp.forceDeletePods(t, "default", bound[0].Name)
+	// The extender must have let go of it before kube-scheduler asks
+	// (else the new pod waits for the next cluster event, minutes).
+	if err := waitFor(30*time.Second, "the deleted pod's GPU released by the scheduler", func() error {
+		text, err := scrape(nil, s.metrics)
+		if err != nil {
+			return err
+		}
+		if _, ok := metricValue(text, "hami_vgpu_memory_allocated_bytes", map[string]string{"pod": bound[0].Name}); ok {
+			return fmt.Errorf("still allocated")
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
 	p, err := cp.cs.CoreV1().Pods("default").Create(ctx, gpuPod("after-restart", 1000, 0), metav1.CreateOptions{})
 	must(t, err)
 	_, a := waitBound(t, s, p.Name)

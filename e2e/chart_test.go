@@ -92,6 +92,7 @@ func apply(t *testing.T, objs []*unstructured.Unstructured, dryOnly bool) {
 			r := cp.dyn.Resource(m.Resource)
 			var ri interface {
 				Patch(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (*unstructured.Unstructured, error)
+				Delete(context.Context, string, metav1.DeleteOptions, ...string) error
 			} = r
 			if m.Scope.Name() == "namespace" {
 				ri = r.Namespace(o.GetNamespace())
@@ -102,6 +103,13 @@ func apply(t *testing.T, objs []*unstructured.Unstructured, dryOnly bool) {
 			})
 			if err != nil {
 				t.Errorf("apply %s %s/%s (dry run %v): %v", gvk.Kind, o.GetNamespace(), o.GetName(), dry != nil, err)
+				continue
+			}
+			if dry == nil {
+				// Tests share the control plane: a webhook or RBAC left
+				// behind would act on the next test.
+				name := o.GetName()
+				t.Cleanup(func() { _ = ri.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 			}
 		}
 	}
