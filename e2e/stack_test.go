@@ -325,6 +325,18 @@ func (s *stack) stop() {
 	zero := int64(0)
 	_ = cp.cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 	_ = cp.cs.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
+	// Every process ran as the chart's ServiceAccount: a call its RBAC
+	// refuses fails the test even where the process only logged it.
+	for _, p := range []*proc{s.agent, s.ks, s.sched} {
+		if p == nil {
+			continue
+		}
+		for _, l := range strings.Split(p.output(), "\n") {
+			if strings.Contains(strings.ToLower(l), "forbidden") {
+				s.t.Errorf("%s was refused by RBAC: %s", p.name, l)
+			}
+		}
+	}
 	if s.t.Failed() {
 		for _, p := range []*proc{s.agent, s.dm, s.ks, s.sched} {
 			if p != nil {
