@@ -155,7 +155,7 @@ func (w *worker) expect(t *testing.T, want string, timeout time.Duration) {
 // metricValue finds name{...} with every wanted label in Prometheus text.
 func metricValue(text, name string, labels map[string]string) (float64, bool) {
 	for _, l := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(l, name+"{") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
 			continue
 		}
 		ok := true
@@ -349,6 +349,14 @@ func TestChainOnePod(t *testing.T) {
 	}
 	text, err := scrape(nil, s.metrics)
 	must(t, err)
+	// kube-scheduler called the extender as the chart configures it (with
+	// one feasible node it skips scoring, so no prioritize here).
+	if n, ok := metricValue(text, "vgpu_scheduler_filter_duration_seconds_count", nil); !ok || n < 1 {
+		t.Errorf("filter calls %v %v", n, ok)
+	}
+	if n, ok := metricValue(text, "vgpu_scheduler_binds_total", map[string]string{"outcome": "bound"}); !ok || n < 1 {
+		t.Errorf("binds %v %v:\n%s", n, ok, grepLines(text, "vgpu_scheduler_"))
+	}
 	if v, ok := metricValue(text, "hami_vgpu_memory_allocated_bytes", map[string]string{"pod": "chain-a", "device_uuid": uuid}); !ok || v != 1024*mib {
 		t.Errorf("scheduler hami_vgpu_memory_allocated_bytes %v %v", v, ok)
 	}

@@ -40,6 +40,26 @@ func TestWebhook(t *testing.T) {
 		}
 	})
 
+	t.Run("a whole card is exclusive", func(t *testing.T) {
+		p := &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "wh-whole", Namespace: "default"},
+			Spec: v1.PodSpec{
+				NodeSelector: map[string]string{"e2e": "never"},
+				Containers: []v1.Container{{Name: "main", Image: "cuda", Resources: v1.ResourceRequirements{
+					Limits: v1.ResourceList{"nvidia.com/gpu": resourceQ(1)},
+				}}},
+			},
+		}
+		got, err := pods.Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cp.forceDeletePods(t, "default", got.Name)
+		if q := got.Spec.Containers[0].Resources.Limits["nvidia.com/gpucores"]; q.Value() != 100 {
+			t.Errorf("nvidia.com/gpu alone (the whole card): gpucores %v, want 100", got.Spec.Containers[0].Resources.Limits)
+		}
+	})
+
 	t.Run("non-GPU pod is left alone", func(t *testing.T) {
 		p := &v1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "wh-cpu", Namespace: "default"},
