@@ -76,7 +76,7 @@ type driver struct {
 
 	mu      sync.Mutex // serializes the manager's calls (the kubelet's sync loop)
 	m       *devicemanager.ManagerImpl
-	amu     sync.Mutex            // guards active: the manager reads it from inside Allocate
+	amu     sync.Mutex            // guards active and seen: the manager reads active from inside Allocate
 	active  map[types.UID]*v1.Pod // admitted (or being admitted), not deleted
 	results map[types.UID]*Admission
 	queue   chan *v1.Pod
@@ -278,13 +278,14 @@ func (d *driver) podSeen(p *v1.Pod) {
 	if p.DeletionTimestamp != nil || p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.seen.Has(p.UID) {
-		return
-	}
+	// amu, not mu: the informer must not wait for an admission in flight.
+	d.amu.Lock()
+	fresh := !d.seen.Has(p.UID)
 	d.seen.Insert(p.UID)
-	d.queue <- p.DeepCopy()
+	d.amu.Unlock()
+	if fresh {
+		d.queue <- p.DeepCopy()
+	}
 }
 
 func (d *driver) admitLoop(ctx context.Context) {
@@ -311,7 +312,7 @@ func (d *driver) admit(ctx context.Context, p *v1.Pod) *Admission {
 			return a
 		}
 	}
-	// UpdatePluginResources follows Allocate in the kubelet's admission.
+	// The runtime gets each container's options at its start (here: now).
 	d.runOptions(ctx, p, a)
 	d.results[p.UID] = a
 	return a
