@@ -130,10 +130,42 @@ pub struct Scheduler {
     pub node_lock_expire: String,
     /// The kube-scheduler image (the extender runs beside it).
     pub kube_scheduler_image: String,
-    /// Extender port (HTTP on localhost inside the pod).
+    /// Extender and webhook port (HTTPS; kube-scheduler on loopback, the
+    /// API server through the webhook Service on 443).
     pub extender_port: u16,
     /// Metrics port.
     pub metrics_port: u16,
+    /// The webhook's certificate from cert-manager (else Helm generates it).
+    pub cert_manager: CertManager,
+    /// The MutatingWebhookConfiguration's policies.
+    pub admission_webhook: AdmissionWebhook,
+}
+
+/// `scheduler.certManager` (used only by the Helm-only `webhook.yaml`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CertManager {
+    /// Issue the webhook's certificate with cert-manager.
+    pub enabled: bool,
+}
+
+/// `scheduler.admissionWebhook` (used only by the Helm-only `webhook.yaml`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AdmissionWebhook {
+    /// `Ignore` or `Fail`.
+    pub failure_policy: String,
+    /// `Never` or `IfNeeded`.
+    pub reinvocation_policy: String,
+}
+
+impl Default for AdmissionWebhook {
+    fn default() -> Self {
+        AdmissionWebhook {
+            failure_policy: "Ignore".into(),
+            reinvocation_policy: "Never".into(),
+        }
+    }
 }
 
 /// Default policies.
@@ -219,9 +251,11 @@ impl Default for Scheduler {
             replicas: 1,
             default_scheduler_policy: Policies::default(),
             node_lock_expire: "5m".into(),
-            kube_scheduler_image: "registry.k8s.io/kube-scheduler:v1.34.0".into(),
+            kube_scheduler_image: "registry.k8s.io/kube-scheduler:v1.37.2".into(),
             extender_port: 8080,
             metrics_port: 9395,
+            cert_manager: CertManager::default(),
+            admission_webhook: AdmissionWebhook::default(),
         }
     }
 }
@@ -312,14 +346,15 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
         "leaderElection": {"leaderElect": false},
         "profiles": [{"schedulerName": v.scheduler_name}],
         "extenders": [{
-            "urlPrefix": format!("http://127.0.0.1:{}", v.scheduler.extender_port),
+            "urlPrefix": format!("https://127.0.0.1:{}", v.scheduler.extender_port),
             "filterVerb": "filter",
             "prioritizeVerb": "prioritize",
             "bindVerb": "bind",
-            "weight": 1,
+            "weight": 10,
             "nodeCacheCapable": true,
             "httpTimeout": "30s",
-            "enableHTTPS": false,
+            "enableHTTPS": true,
+            "tlsConfig": {"insecure": true},
             "managedResources": resources.iter().map(|n| json!({"name": n, "ignoredByScheduler": true})).collect::<Vec<_>>(),
         }],
     });
@@ -379,8 +414,10 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
                             "readinessProbe": {"httpGet": {"path": "/readyz", "port": d.monitor_port}, "periodSeconds": 10},
                             "volumeMounts": [
                                 {"name": "device-plugins", "mountPath": d.device_plugin_path},
+                                // Not `lib` too: with the defaults it is this same
+                                // directory, and the API server refuses two
+                                // mounts at one path.
                                 {"name": "hook", "mountPath": vgpu_dir},
-                                {"name": "lib", "mountPath": d.lib_path},
                                 {"name": "lock", "mountPath": "/tmp/vgpulock"},
                                 {"name": "broker", "mountPath": d.broker_dir},
                             ],
@@ -445,7 +482,11 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
                 "replicas": v.scheduler.replicas,
                 "selector": {"matchLabels": sched_labels},
                 "template": {
-                    "metadata": {"labels": sched_labels},
+                    "metadata": {"labels": {
+                        "app.kubernetes.io/name": "vgpu",
+                        "app.kubernetes.io/component": "vgpu-scheduler",
+                        "hami.io/webhook": "ignore",
+                    }},
                     "spec": {
                         "serviceAccountName": sched,
                         "priorityClassName": "system-cluster-critical",
@@ -463,8 +504,10 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
                                 "command": ["vgpu"],
                                 "args": [
                                     "scheduler",
-                                    format!("--listen=127.0.0.1:{}", v.scheduler.extender_port),
-                                    format!("--metrics=0.0.0.0:{}", v.scheduler.metrics_port),
+                                    format!("--http-bind=0.0.0.0:{}", v.scheduler.extender_port),
+                                    "--cert-file=/tls/tls.crt".to_owned(),
+                                    "--key-file=/tls/tls.key".to_owned(),
+                                    format!("--metrics-bind-address=0.0.0.0:{}", v.scheduler.metrics_port),
                                     format!("--scheduler-name={}", v.scheduler_name),
                                     format!("--node-scheduler-policy={}", v.scheduler.default_scheduler_policy.node_scheduler_policy),
                                     format!("--gpu-scheduler-policy={}", v.scheduler.default_scheduler_policy.gpu_scheduler_policy),
@@ -475,10 +518,19 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
                                     format!("--resource-cores={}", v.resource_cores),
                                     format!("--resource-priority={}", v.resource_priority),
                                 ],
-                                "ports": [{"name": "metrics", "containerPort": v.scheduler.metrics_port, "protocol": "TCP"}],
+                                "ports": [
+                                    {"name": "https", "containerPort": v.scheduler.extender_port, "protocol": "TCP"},
+                                    {"name": "metrics", "containerPort": v.scheduler.metrics_port, "protocol": "TCP"},
+                                ],
+                                "livenessProbe": {"httpGet": {"path": "/healthz", "port": v.scheduler.extender_port, "scheme": "HTTPS"}, "periodSeconds": 30},
+                                "readinessProbe": {"httpGet": {"path": "/readyz", "port": v.scheduler.extender_port, "scheme": "HTTPS"}, "periodSeconds": 10},
+                                "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
                             },
                         ],
-                        "volumes": [{"name": "config", "configMap": {"name": sched}}],
+                        "volumes": [
+                            {"name": "config", "configMap": {"name": sched}},
+                            {"name": "tls", "secret": {"secretName": format!("{sched}-tls")}},
+                        ],
                     },
                 },
             },
@@ -548,8 +600,19 @@ pub struct Extender {
     /// HTTPS.
     #[serde(rename = "enableHTTPS")]
     pub enable_https: bool,
+    /// TLS client settings.
+    pub tls_config: ExtenderTls,
     /// Resources the extender manages.
     pub managed_resources: Vec<ManagedResource>,
+}
+
+/// `tlsConfig` of an extender.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtenderTls {
+    /// Do not verify the extender's certificate (it is on loopback in the
+    /// same pod; its CA is generated at install).
+    pub insecure: bool,
 }
 
 /// One managed resource.
