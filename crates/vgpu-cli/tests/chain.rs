@@ -41,8 +41,8 @@ impl SchedulerProc {
                 "--http_bind=127.0.0.1:0",
                 "--metrics-bind-address=127.0.0.1:0",
                 &format!("--scheduler-name={SCHEDULER_NAME}"),
-                // The handshake writer runs: the agent must answer it, or
-                // the node would drop out as stale.
+                // The handshake writer runs: it asks once and must not ask
+                // again while its request stands (HAMi's rule).
                 "--handshake-period=300ms",
             ])
             .env("KUBECONFIG", &env.kubeconfig)
@@ -459,8 +459,8 @@ fn check_container_files(
     to_host(resp, &e["CUDA_DEVICE_MEMORY_SHARED_CACHE"])
 }
 
-/// Starts the agent (kubelet registered, node annotated, handshake
-/// answered) and the scheduler against one fixture.
+/// Starts the agent (kubelet registered, node annotated) and the scheduler
+/// (handshake requested once, then left standing) against one fixture.
 async fn cluster(env: &Env) -> (Kubelet, Agent, SchedulerProc) {
     // The container-side default limits path must not exist on this host:
     // the interposer would read it instead of the mapped one.
@@ -481,25 +481,28 @@ async fn cluster(env: &Env) -> (Kubelet, Agent, SchedulerProc) {
         .set_status::<Node>("", NODE, json!({"allocatable": {"nvidia.com/gpu": "10"}}))
         .unwrap();
     let sched = SchedulerProc::start(env);
-    // The scheduler asks (`Requesting_`), the agent answers (`Reported`).
-    let t0 = Instant::now();
-    let mut seen = Vec::new();
-    loop {
-        let h = env
-            .node_annotation(keys::NODE_HANDSHAKE)
-            .unwrap_or_default();
-        if !seen.contains(&h) {
-            seen.push(h.clone());
-        }
-        if seen.iter().any(|h| h.starts_with("Requesting_")) && h.starts_with("Reported") {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no handshake round trip: {seen:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The scheduler asks (`Requesting_`) once; neither side writes the
+    // handshake again while nothing changes (no `Reported_` answer, so no
+    // new request every cycle).
+    let req = wait_for(Duration::from_secs(30), "handshake request", || {
+        env.node_annotation(keys::NODE_HANDSHAKE)
+            .filter(|h| h.starts_with("Requesting_"))
+    });
+    env.fx.clear_requests();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        env.node_annotation(keys::NODE_HANDSHAKE).as_deref(),
+        Some(req.as_str()),
+        "the standing request is neither answered nor renewed"
+    );
+    let writes: Vec<String> = env
+        .fx
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && r.path.contains("/nodes/"))
+        .map(|r| format!("{} {} {}", r.method, r.path, r.body))
+        .collect();
+    assert!(writes.is_empty(), "node written with nothing changed: {writes:?}");
     (kubelet, agent, sched)
 }
 

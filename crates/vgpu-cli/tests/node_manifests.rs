@@ -239,6 +239,8 @@ fn chart_renders_the_objects_vgpu_prints_with_changed_values() {
     v.device_plugin.lib_path = "/opt/vgpu".into();
     v.device_plugin.enforce = "kill".into();
     v.device_plugin.priority_hold = "none".into();
+    v.device_plugin.enable_numa_topology = true;
+    v.device_plugin.device_list_strategy = "volume-mounts,cdi-cri".into();
     v.device_plugin.nvidia_node_selector = BTreeMap::from([
         ("nvidia.com/gpu.present".into(), "true".into()),
         ("pool".into(), "a".into()),
