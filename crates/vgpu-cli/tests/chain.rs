@@ -502,7 +502,10 @@ async fn cluster(env: &Env) -> (Kubelet, Agent, SchedulerProc) {
         .filter(|r| r.method != "GET" && r.path.contains("/nodes/"))
         .map(|r| format!("{} {} {}", r.method, r.path, r.body))
         .collect();
-    assert!(writes.is_empty(), "node written with nothing changed: {writes:?}");
+    assert!(
+        writes.is_empty(),
+        "node written with nothing changed: {writes:?}"
+    );
     (kubelet, agent, sched)
 }
 

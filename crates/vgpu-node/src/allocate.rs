@@ -15,8 +15,8 @@ use vgpu_hami::keys;
 use vgpu_hami::ContainerDevice;
 use vgpu_region::limits::{Device, DeviceLine, Limits, Policy};
 
-use crate::layout::{self, Layout};
 use crate::config::DeviceListStrategies;
+use crate::layout::{self, Layout};
 use crate::proto::v1beta1::{CdiDevice, ContainerAllocateResponse, Mount};
 
 /// The device list the NVIDIA container runtime reads.
@@ -496,12 +496,21 @@ mod tests {
         assert_eq!(
             devmounts(&p),
             [
-                ("/var/run/nvidia-container-devices/GPU-a".to_string(), "/dev/null".to_string()),
-                ("/var/run/nvidia-container-devices/GPU-b".to_string(), "/dev/null".to_string()),
+                (
+                    "/var/run/nvidia-container-devices/GPU-a".to_string(),
+                    "/dev/null".to_string()
+                ),
+                (
+                    "/var/run/nvidia-container-devices/GPU-b".to_string(),
+                    "/dev/null".to_string()
+                ),
             ]
         );
         // Both: volume-mounts' value wins, as in NVIDIA's plugin.
-        assert_eq!(with("envvar,volume-mounts").envs[ENV_VISIBLE_DEVICES], DEVICE_LIST_MOUNT_ROOT);
+        assert_eq!(
+            with("envvar,volume-mounts").envs[ENV_VISIBLE_DEVICES],
+            DEVICE_LIST_MOUNT_ROOT
+        );
 
         // CDI only: no env list at all; annotations and/or CDI devices.
         let p = with("cdi-annotations,cdi-cri");
@@ -515,7 +524,10 @@ mod tests {
             )]
         );
         assert_eq!(
-            r.cdi_devices.into_iter().map(|c| c.name).collect::<Vec<_>>(),
+            r.cdi_devices
+                .into_iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>(),
             ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]
         );
         let p = with("cdi-cri");

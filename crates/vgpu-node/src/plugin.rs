@@ -754,7 +754,10 @@ mod tests {
         let topo = |s: &DeviceSet, on| {
             s.api_devices(2, on)
                 .into_iter()
-                .map(|d| d.topology.map(|t| t.nodes.iter().map(|n| n.id).collect::<Vec<_>>()))
+                .map(|d| {
+                    d.topology
+                        .map(|t| t.nodes.iter().map(|n| n.id).collect::<Vec<_>>())
+                })
                 .collect::<Vec<_>>()
         };
         // Off (HAMi's default): no topology, known node or not.

@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use vgpu_hami::register::{self, GpuFacts, NodeDevice};
 use vgpu_hami::keys;
+use vgpu_hami::register::{self, GpuFacts, NodeDevice};
 
 use crate::config::NodeConfig;
 use crate::kube_api::{KubeApi, KubeError};
