@@ -285,8 +285,23 @@ impl PluginCore {
         layout::ensure_dir_all(&l.limits_root(), 0o755)
             .map_err(|e| fail("the limits directory", &e))?;
         // Tenant processes of any uid create the region here.
-        layout::ensure_dir(&l.region_dir(&plan.key), 0o1777)
+        let region_dir = l.region_dir(&plan.key);
+        layout::ensure_dir(&region_dir, 0o1777)
             .map_err(|e| fail("the region directory", &e))?;
+        // The region keeps its fixed name (a process that lost its env finds
+        // it); a second Allocate for the container decides what it inherits.
+        let live = crate::gc::LiveProcesses::scan(Path::new("/proc"));
+        match crate::gc::prepare_region_dir(&region_dir, &live)
+            .map_err(|e| fail("the region directory", &e))?
+        {
+            crate::gc::RegionReuse::Fresh => {}
+            crate::gc::RegionReuse::Cleared(files) => {
+                tracing::info!(key = %plan.key, ?files, "Allocate again for a container whose processes are gone: its old region is removed")
+            }
+            crate::gc::RegionReuse::KeptInUse => {
+                tracing::warn!(key = %plan.key, "Allocate again for a container with live processes: their region is kept and keeps counting")
+            }
+        }
         layout::ensure_dir(&l.limits_dir(&plan.key), 0o755)
             .map_err(|e| fail("the limits directory", &e))?;
         vgpu_region::limits::write_limits_file_atomic(&l.limits_file(&plan.key), &plan.limits)
