@@ -92,10 +92,7 @@ pub enum RegionReuse {
 /// Called by Allocate before it hands out `region_dir` again. A container
 /// restart never gets here (the kubelet reuses its checkpointed answer and
 /// the region with it); a second Allocate for the same container does.
-pub fn prepare_region_dir(
-    region_dir: &Path,
-    live: &LiveProcesses,
-) -> std::io::Result<RegionReuse> {
+pub fn prepare_region_dir(region_dir: &Path, live: &LiveProcesses) -> std::io::Result<RegionReuse> {
     if observe::region_file(region_dir).is_none() {
         return Ok(RegionReuse::Fresh);
     }
@@ -367,7 +364,7 @@ mod tests {
         };
         let path = dir.join(layout::REGION_FILE);
         let (r, _) = vgpu_region::Region::open_or_create(&path, &opts).unwrap();
-        let slot = r.register().unwrap();
+        let _slot = r.register().unwrap();
         // This process owns a slot: the region stays, with its ledger.
         let live = LiveProcesses::scan(Path::new("/proc"));
         assert_eq!(
@@ -375,7 +372,6 @@ mod tests {
             RegionReuse::KeptInUse
         );
         assert!(path.exists());
-        drop(slot);
         drop(r);
 
         // Only dead owners (a process of another, gone namespace) and a

@@ -134,7 +134,9 @@ pub struct Scheduler {
     pub node_lock_expire: String,
     /// The kube-scheduler image (the extender runs beside it).
     pub kube_scheduler_image: String,
-    /// Extender port (HTTP on localhost inside the pod).
+    /// Extender and webhook port: HTTPS on every interface (HAMi's chart:
+    /// 443), so the API server reaches the webhook through a Service and a
+    /// kube-scheduler in another pod can reach the extender.
     pub extender_port: u16,
     /// Metrics port.
     pub metrics_port: u16,
@@ -226,7 +228,7 @@ impl Default for Scheduler {
             default_scheduler_policy: Policies::default(),
             node_lock_expire: "5m".into(),
             kube_scheduler_image: "registry.k8s.io/kube-scheduler:v1.34.0".into(),
-            extender_port: 8080,
+            extender_port: 443,
             metrics_port: 9395,
         }
     }
@@ -258,6 +260,10 @@ fn num(f: f64) -> String {
         format!("{f}")
     }
 }
+
+/// Where the scheduler container finds `tls.crt`/`tls.key`: the secret
+/// `<release>-vgpu-scheduler-tls` (type kubernetes.io/tls), as HAMi's chart.
+pub const SCHEDULER_TLS_DIR: &str = "/tls";
 
 fn labels(component: &str) -> Value {
     json!({"app.kubernetes.io/name": "vgpu", "app.kubernetes.io/component": component})
@@ -320,14 +326,17 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
         "leaderElection": {"leaderElect": false},
         "profiles": [{"schedulerName": v.scheduler_name}],
         "extenders": [{
-            "urlPrefix": format!("http://127.0.0.1:{}", v.scheduler.extender_port),
+            "urlPrefix": format!("https://127.0.0.1:{}", v.scheduler.extender_port),
             "filterVerb": "filter",
             "prioritizeVerb": "prioritize",
             "bindVerb": "bind",
             "weight": 1,
             "nodeCacheCapable": true,
             "httpTimeout": "30s",
-            "enableHTTPS": false,
+            "enableHTTPS": true,
+            // The serving certificate names the Service; the kube-scheduler
+            // beside it dials 127.0.0.1 (HAMi's chart does the same).
+            "tlsConfig": {"insecure": true},
             "managedResources": resources.iter().map(|n| json!({"name": n, "ignoredByScheduler": true})).collect::<Vec<_>>(),
         }],
     });
@@ -471,7 +480,9 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
                                 "command": ["vgpu"],
                                 "args": [
                                     "scheduler",
-                                    format!("--listen=127.0.0.1:{}", v.scheduler.extender_port),
+                                    format!("--http_bind=0.0.0.0:{}", v.scheduler.extender_port),
+                                    format!("--cert_file={SCHEDULER_TLS_DIR}/tls.crt"),
+                                    format!("--key_file={SCHEDULER_TLS_DIR}/tls.key"),
                                     format!("--metrics=0.0.0.0:{}", v.scheduler.metrics_port),
                                     format!("--scheduler-name={}", v.scheduler_name),
                                     format!("--node-scheduler-policy={}", v.scheduler.default_scheduler_policy.node_scheduler_policy),
@@ -483,10 +494,19 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
                                     format!("--resource-cores={}", v.resource_cores),
                                     format!("--resource-priority={}", v.resource_priority),
                                 ],
-                                "ports": [{"name": "metrics", "containerPort": v.scheduler.metrics_port, "protocol": "TCP"}],
+                                "ports": [
+                                    {"name": "https", "containerPort": v.scheduler.extender_port, "protocol": "TCP"},
+                                    {"name": "metrics", "containerPort": v.scheduler.metrics_port, "protocol": "TCP"},
+                                ],
+                                "livenessProbe": {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"}, "periodSeconds": 30},
+                                "readinessProbe": {"httpGet": {"path": "/readyz", "port": "https", "scheme": "HTTPS"}, "periodSeconds": 10},
+                                "volumeMounts": [{"name": "tls", "mountPath": SCHEDULER_TLS_DIR, "readOnly": true}],
                             },
                         ],
-                        "volumes": [{"name": "config", "configMap": {"name": sched}}],
+                        "volumes": [
+                            {"name": "config", "configMap": {"name": sched}},
+                            {"name": "tls", "secret": {"secretName": format!("{sched}-tls")}},
+                        ],
                     },
                 },
             },
@@ -556,8 +576,18 @@ pub struct Extender {
     /// HTTPS.
     #[serde(rename = "enableHTTPS")]
     pub enable_https: bool,
+    /// TLS client settings.
+    pub tls_config: ExtenderTls,
     /// Resources the extender manages.
     pub managed_resources: Vec<ManagedResource>,
+}
+
+/// An extender's `tlsConfig` (the subset the chart sets).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtenderTls {
+    /// Skip server certificate verification.
+    pub insecure: bool,
 }
 
 /// One managed resource.

@@ -286,8 +286,7 @@ impl PluginCore {
             .map_err(|e| fail("the limits directory", &e))?;
         // Tenant processes of any uid create the region here.
         let region_dir = l.region_dir(&plan.key);
-        layout::ensure_dir(&region_dir, 0o1777)
-            .map_err(|e| fail("the region directory", &e))?;
+        layout::ensure_dir(&region_dir, 0o1777).map_err(|e| fail("the region directory", &e))?;
         // The region keeps its fixed name (a process that lost its env finds
         // it); a second Allocate for the container decides what it inherits.
         let live = crate::gc::LiveProcesses::scan(Path::new("/proc"));

@@ -247,7 +247,10 @@ fn the_patch_is_a_base64_string() {
     let body = admission(gpu_pod(
         json!([{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpumem": "1024"}}}]),
     ));
-    let answer = review(&SchedulerConfig::default(), serde_json::from_value(body).unwrap());
+    let answer = review(
+        &SchedulerConfig::default(),
+        serde_json::from_value(body).unwrap(),
+    );
     let patch = &answer["response"]["patch"];
     let s = patch.as_str().unwrap_or_else(|| panic!("patch is {patch}"));
     let ops: Value = serde_json::from_slice(&base64_decode(s)).unwrap();
