@@ -245,6 +245,11 @@ async fn admit_bind_allocate(
             }}
         }]}
     });
+    // The API server defaults the pod (schedulerName: default-scheduler)
+    // before it calls mutating webhooks; the webhook must take it over.
+    let mut submitted = submitted;
+    vgpu_kube_fixture::default_pod(&mut submitted);
+    assert_eq!(submitted["spec"]["schedulerName"], "default-scheduler");
     let answer = sched.post("/webhook", &admission_review(&submitted));
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
     let admitted = apply_review(&submitted, &answer);
