@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use vgpu_node::config::{Enforce, NodeConfig};
+use vgpu_node::config::{DeviceListStrategies, Enforce, NodeConfig};
 use vgpu_node::layout::Layout;
 use vgpu_node::manifests::{self, Release, Values};
 use vgpu_region::limits::Policy;
@@ -118,6 +118,16 @@ struct RunArgs {
     /// Node registration period.
     #[arg(long, default_value = "30s")]
     register_interval: String,
+    /// Advertise each GPU's NUMA node to the kubelet (HAMi
+    /// `devicePlugin.enableNumaTopology`; off: no topology, as HAMi). A GPU
+    /// whose node sysfs does not tell gets no topology either way.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true")]
+    enable_numa_topology: String,
+    /// How the assigned GPUs reach the container runtime (NVIDIA
+    /// k8s-device-plugin names, comma list): envvar, volume-mounts,
+    /// cdi-annotations, cdi-cri.
+    #[arg(long, default_value = "envvar")]
+    device_list_strategy: String,
     /// Device health and kubelet-restart check period.
     #[arg(long, default_value = "1s")]
     health_interval: String,
@@ -226,6 +236,9 @@ fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String, bool)> {
     c.gc_interval = duration(&a.gc_interval)?;
     c.register_interval = duration(&a.register_interval)?;
     c.health_interval = duration(&a.health_interval)?;
+    c.numa_topology = go_bool(&a.enable_numa_topology, "--enable-numa-topology")?;
+    c.device_list = DeviceListStrategies::parse(&a.device_list_strategy)
+        .with_context(|| format!("--device-list-strategy {:?}", a.device_list_strategy))?;
     c.pod_refresh = duration(&a.pod_refresh)?;
     c.priority_hold = match a.priority_hold.trim() {
         h if h.eq_ignore_ascii_case("none") => None,

@@ -41,8 +41,8 @@ impl SchedulerProc {
                 "--http_bind=127.0.0.1:0",
                 "--metrics-bind-address=127.0.0.1:0",
                 &format!("--scheduler-name={SCHEDULER_NAME}"),
-                // The handshake writer runs: the agent must answer it, or
-                // the node would drop out as stale.
+                // The handshake writer runs: it asks once and must not ask
+                // again while its request stands (HAMi's rule).
                 "--handshake-period=300ms",
             ])
             .env("KUBECONFIG", &env.kubeconfig)
@@ -172,7 +172,7 @@ fn admission_review(pod: &Value) -> Value {
 }
 
 /// What the API server does with the webhook's answer: the JSON patch
-/// (Go's `[]byte`: base64, or the byte array kube-core writes) applied.
+/// (Go's `[]byte`: a base64 string, as the API documents it) applied.
 fn apply_review(pod: &Value, answer: &Value) -> Value {
     let resp = &answer["response"];
     assert_eq!(resp["uid"], "3b8a0c7e-2f44-4c1e-9d5e-5d0f8f1e0a01");
@@ -184,8 +184,7 @@ fn apply_review(pod: &Value, answer: &Value) -> Value {
     assert_eq!(resp["patchType"], "JSONPatch");
     let bytes: Vec<u8> = match p {
         Value::String(s) => base64_decode(s),
-        Value::Array(a) => a.iter().map(|b| b.as_u64().unwrap() as u8).collect(),
-        other => panic!("patch is {other}"),
+        other => panic!("patch must be a base64 string, is {other}"),
     };
     let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
     json_patch::patch(&mut out, &patch).unwrap();
@@ -195,7 +194,8 @@ fn apply_review(pod: &Value, answer: &Value) -> Value {
 fn base64_decode(s: &str) -> Vec<u8> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let (mut out, mut acc, mut bits) = (Vec::new(), 0u32, 0u32);
-    for c in s.bytes().filter(|&c| c != b'=') {
+    assert_eq!(s.len() % 4, 0, "padded standard base64: {s}");
+    for c in s.trim_end_matches('=').bytes() {
         let v = ALPHABET.iter().position(|&a| a == c).expect("base64") as u32;
         acc = (acc << 6) | v;
         bits += 6;
@@ -245,6 +245,11 @@ async fn admit_bind_allocate(
             }}
         }]}
     });
+    // The API server defaults the pod (schedulerName: default-scheduler)
+    // before it calls mutating webhooks; the webhook must take it over.
+    let mut submitted = submitted;
+    vgpu_kube_fixture::default_pod(&mut submitted);
+    assert_eq!(submitted["spec"]["schedulerName"], "default-scheduler");
     let answer = sched.post("/webhook", &admission_review(&submitted));
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
     let admitted = apply_review(&submitted, &answer);
@@ -459,8 +464,8 @@ fn check_container_files(
     to_host(resp, &e["CUDA_DEVICE_MEMORY_SHARED_CACHE"])
 }
 
-/// Starts the agent (kubelet registered, node annotated, handshake
-/// answered) and the scheduler against one fixture.
+/// Starts the agent (kubelet registered, node annotated) and the scheduler
+/// (handshake requested once, then left standing) against one fixture.
 async fn cluster(env: &Env) -> (Kubelet, Agent, SchedulerProc) {
     // The container-side default limits path must not exist on this host:
     // the interposer would read it instead of the mapped one.
@@ -481,25 +486,31 @@ async fn cluster(env: &Env) -> (Kubelet, Agent, SchedulerProc) {
         .set_status::<Node>("", NODE, json!({"allocatable": {"nvidia.com/gpu": "10"}}))
         .unwrap();
     let sched = SchedulerProc::start(env);
-    // The scheduler asks (`Requesting_`), the agent answers (`Reported`).
-    let t0 = Instant::now();
-    let mut seen = Vec::new();
-    loop {
-        let h = env
-            .node_annotation(keys::NODE_HANDSHAKE)
-            .unwrap_or_default();
-        if !seen.contains(&h) {
-            seen.push(h.clone());
-        }
-        if seen.iter().any(|h| h.starts_with("Requesting_")) && h.starts_with("Reported") {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no handshake round trip: {seen:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The scheduler asks (`Requesting_`) once; neither side writes the
+    // handshake again while nothing changes (no `Reported_` answer, so no
+    // new request every cycle).
+    let req = wait_for(Duration::from_secs(30), "handshake request", || {
+        env.node_annotation(keys::NODE_HANDSHAKE)
+            .filter(|h| h.starts_with("Requesting_"))
+    });
+    env.fx.clear_requests();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        env.node_annotation(keys::NODE_HANDSHAKE).as_deref(),
+        Some(req.as_str()),
+        "the standing request is neither answered nor renewed"
+    );
+    let writes: Vec<String> = env
+        .fx
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && r.path.contains("/nodes/"))
+        .map(|r| format!("{} {} {}", r.method, r.path, r.body))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "node written with nothing changed: {writes:?}"
+    );
     (kubelet, agent, sched)
 }
 

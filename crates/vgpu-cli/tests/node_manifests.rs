@@ -246,6 +246,8 @@ fn chart_renders_the_objects_vgpu_prints_with_changed_values() {
     v.device_plugin.lib_path = "/opt/vgpu".into();
     v.device_plugin.enforce = "kill".into();
     v.device_plugin.priority_hold = "none".into();
+    v.device_plugin.enable_numa_topology = true;
+    v.device_plugin.device_list_strategy = "volume-mounts,cdi-cri".into();
     v.device_plugin.nvidia_node_selector = BTreeMap::from([
         ("nvidia.com/gpu.present".into(), "true".into()),
         ("pool".into(), "a".into()),
@@ -284,4 +286,49 @@ fn the_renderer_refuses_what_the_chart_may_not_use() {
     assert!(normalize_strict::<DaemonSet>(&typo)
         .unwrap_err()
         .contains("spec.template.spec.hostPid"));
+}
+
+#[test]
+fn the_scheduler_serves_https_beyond_localhost() {
+    // A kube-scheduler in another pod and the API server (the webhook)
+    // must reach the extender: it listens on every interface with TLS from
+    // the mounted secret, and the kube-scheduler beside it speaks HTTPS.
+    let v = serde_json::to_value(Values::default()).unwrap();
+    let objs = keyed(&rendered_chart(&v, ("vgpu", "gpu-system")));
+    let dep = &objs[&("Deployment".to_string(), "vgpu-vgpu-scheduler".to_string())];
+    let spec = &dep["spec"]["template"]["spec"];
+    let ctr = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "vgpu-scheduler")
+        .unwrap();
+    let args: Vec<String> = serde_json::from_value(ctr["args"].clone()).unwrap();
+    assert!(
+        args.contains(&"--http_bind=0.0.0.0:443".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--cert_file=/tls/tls.crt".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--key_file=/tls/tls.key".to_string()),
+        "{args:?}"
+    );
+    assert_eq!(ctr["volumeMounts"][0]["mountPath"], "/tls");
+    let tls = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls")
+        .unwrap();
+    assert_eq!(tls["secret"]["secretName"], "vgpu-vgpu-scheduler-tls");
+    let cm = &objs[&("ConfigMap".to_string(), "vgpu-vgpu-scheduler".to_string())];
+    // keyed() has decoded the component config already.
+    let cfg: KubeSchedulerConfiguration =
+        serde_json::from_value(cm["data"]["config.yaml"].clone()).unwrap();
+    let ext = &cfg.extenders[0];
+    assert_eq!(ext.url_prefix, "https://127.0.0.1:443");
+    assert!(ext.enable_https && ext.tls_config.insecure);
 }

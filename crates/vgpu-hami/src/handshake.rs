@@ -1,12 +1,14 @@
 //! The node handshake (`hami.io/node-handshake`, HAMi
 //! `pkg/device/devices.go` `CheckHealth`): the scheduler writes
 //! `Requesting_<stamp>` in its local time (Go layout `time.DateTime`,
-//! `2006-01-02 15:04:05`); the node side answers `Reported_<stamp>` (the
-//! reply HAMi's earlier device plugins wrote, `docs/develop/protocol.md`),
-//! and a deleted node is marked `Deleted_<stamp>`. HAMi v2.10's scheduler
-//! calls a node unhealthy only when a `Requesting` stamp is over 60 s old
-//! and the node's allocatable GPU count is 0; any other value makes it ask
-//! again.
+//! `2006-01-02 15:04:05`) whenever the value is not a request (missing,
+//! `Reported_…`, `Deleted_…`), and leaves a standing request alone. HAMi
+//! v2.10's device plugin never writes the key: `Reported_<stamp>` is what
+//! earlier plugins answered (`docs/develop/protocol.md`) and is only read
+//! here, so that an answer from such a plugin makes the scheduler ask
+//! again; `Deleted_` likewise. The scheduler calls a node unhealthy only
+//! when a `Requesting` stamp is over 60 s old and the node's allocatable
+//! GPU count is 0 (then HAMi's scheduler removes the key and asks anew).
 //!
 //! Older writers used `2006.01.02 15:04:05`; both separators decode.
 

@@ -16,7 +16,11 @@
 //! each resource (`spec.nodeName`, `status.phase`, `involvedObject.name`,
 //! ...). Pod writes follow the pod strategy: status reset on create, kept by
 //! main-resource writes, spec immutable except images (bind through
-//! `pods/<name>/binding`). Namespaces need not exist.
+//! `pods/<name>/binding`). Pods are defaulted on create as the API server
+//! defaults them before admission ([`default_pod`]: `spec.schedulerName`
+//! becomes `default-scheduler`); there is no admission chain, so a test
+//! that plays the API server calls [`default_pod`] before the webhook.
+//! Namespaces need not exist.
 //!
 //! ```no_run
 //! # async fn t() {
@@ -44,6 +48,25 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use store::{ApiError, Fault, FieldValidation, RequestRecord};
+
+/// The API server's defaulting of a Pod that matters to vgpu, applied at
+/// decode time, before any mutating webhook sees the pod: an empty or
+/// missing `spec.schedulerName` becomes `default-scheduler`
+/// (`SetDefaults_PodSpec`). A webhook therefore never sees it empty.
+pub fn default_pod(pod: &mut serde_json::Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(|s| s.as_object_mut()) else {
+        return;
+    };
+    let empty = spec
+        .get("schedulerName")
+        .is_none_or(|n| n.is_null() || n.as_str() == Some(""));
+    if empty {
+        spec.insert(
+            "schedulerName".into(),
+            serde_json::Value::String("default-scheduler".into()),
+        );
+    }
+}
 
 use store::Store;
 

@@ -448,6 +448,9 @@ impl Store {
                 format!("{} \"{name}\" already exists", def.plural),
             ));
         }
+        if def.kind == "Pod" && def.group.is_empty() {
+            crate::default_pod(&mut v);
+        }
         let mut v = self.normalize(def, &v, fv)?;
         match def.kind {
             // The pod strategy resets status on create (PrepareForCreate).

@@ -38,6 +38,11 @@ async fn create_get_list_with_selectors() {
         .unwrap();
     assert_eq!(p.metadata.namespace.as_deref(), Some("ns1"));
     assert!(p.metadata.uid.is_some() && p.metadata.resource_version.is_some());
+    // Defaulted as the API server does before admission.
+    assert_eq!(
+        p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()),
+        Some("default-scheduler")
+    );
     // The pod strategy resets status on create.
     assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
     pods.create(&PostParams::default(), &pod("b", json!({"app": "db"})))

@@ -388,7 +388,7 @@ fn bench_allocate(iters: usize) -> (Stats, Stats) {
             memory_used: 0,
             bus_id: String::new(),
         });
-        let set = DeviceSet { gpus: gpus.devices().unwrap(), healthy: vec![true] };
+        let set = DeviceSet::from_driver(&gpus.devices().unwrap(), vec![true]);
         let (_tx, rx) = tokio::sync::watch::channel(set);
         let kube = KubeApi::new(fx.client(), "bench-node");
         let core = PluginCore::new(cfg.clone(), kube.clone(), rx, Arc::new(PluginStats::default()));

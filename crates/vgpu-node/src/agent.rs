@@ -53,13 +53,11 @@ pub enum AgentError {
     Plugin(#[from] plugin::PluginError),
 }
 
-fn device_set(gpus: &dyn Gpus) -> DeviceSet {
+/// What the driver shows now, as the kubelet and the registration see it.
+pub fn device_set(gpus: &dyn Gpus) -> DeviceSet {
     let list = gpus.devices().unwrap_or_default();
     let healthy = list.iter().map(|g| nvml::healthy(gpus, g.index)).collect();
-    DeviceSet {
-        gpus: list,
-        healthy,
-    }
+    DeviceSet::from_driver(&list, healthy)
 }
 
 /// Writes `<hook>/vgpu/ld.so.preload` naming the library's container path.
@@ -201,7 +199,7 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
                 if let Ok(now) = tokio::task::spawn_blocking(move || device_set(g.as_ref())).await {
                     dev_tx.send_if_modified(|cur| {
                         if *cur != now {
-                            tracing::info!(healthy = ?now.healthy, "device health changed");
+                            tracing::info!(gpus = now.gpus.len(), healthy = ?now.healthy, "devices changed");
                             *cur = now;
                             true
                         } else {
@@ -240,26 +238,18 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
     let core = PluginCore::new(cfg.clone(), kube.clone(), dev_rx.clone(), stats.clone());
     let mut plugin_task = tokio::spawn(plugin::serve(core, shutdown.clone()));
 
-    // Node registration and handshake.
+    // Node registration.
     {
         let (kube, cfg, mut sd, mut devs) =
             (kube.clone(), cfg.clone(), shutdown.clone(), dev_rx.clone());
         tokio::spawn(async move {
             loop {
                 let set = devs.borrow_and_update().clone();
-                let list = register::node_devices(&cfg, &set.gpus, &|i| {
-                    set.gpus
-                        .iter()
-                        .position(|g| g.index == i)
-                        .and_then(|p| set.healthy.get(p).copied())
-                        .unwrap_or(false)
-                });
+                let list = register::node_devices(&cfg, &set);
                 match register::register_once(&kube, &list).await {
-                    Ok(o) if o.registered || o.answered => tracing::info!(
-                        registered = o.registered,
-                        answered = o.answered,
-                        "node annotations"
-                    ),
+                    Ok(o) if o.registered => {
+                        tracing::info!(gpus = list.len(), "node registration written")
+                    }
                     Ok(_) => {}
                     Err(e) => tracing::warn!("node registration: {e}"),
                 }
@@ -397,4 +387,44 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
         tokio::task::spawn_blocking(move || b.shutdown()).await.ok();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::{GpuInfo, StaticGpus};
+
+    fn gpu(used: u64) -> GpuInfo {
+        GpuInfo {
+            index: 0,
+            uuid: "GPU-4617e643-f070-4b90-b715-30c57f977a9a".into(),
+            name: "NVIDIA A100-SXM4-80GB".into(),
+            memory_total: 80 << 30,
+            memory_used: used,
+            bus_id: String::new(),
+        }
+    }
+
+    #[test]
+    fn memory_in_use_is_not_a_device_change() {
+        let g = StaticGpus::default();
+        g.devices.lock().unwrap().push(gpu(0));
+        let idle = device_set(&g);
+        g.devices.lock().unwrap()[0].memory_used = 3 << 30;
+        assert_eq!(device_set(&g), idle, "a busy GPU is the same device");
+
+        // Real changes are changes.
+        g.devices.lock().unwrap()[0].memory_total = 40 << 30;
+        assert_ne!(device_set(&g), idle, "memory total");
+        g.devices.lock().unwrap()[0] = gpu(0);
+        g.failing.lock().unwrap().insert(0);
+        assert_ne!(device_set(&g), idle, "health");
+        g.failing.lock().unwrap().clear();
+        g.devices.lock().unwrap().push(GpuInfo {
+            index: 1,
+            uuid: "GPU-9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f".into(),
+            ..gpu(0)
+        });
+        assert_ne!(device_set(&g), idle, "a GPU added");
+    }
 }

@@ -15,8 +15,12 @@ use vgpu_hami::keys;
 use vgpu_hami::ContainerDevice;
 use vgpu_region::limits::{Device, DeviceLine, Limits, Policy};
 
+use crate::config::DeviceListStrategies;
 use crate::layout::{self, Layout};
-use crate::proto::v1beta1::{ContainerAllocateResponse, Mount};
+use crate::proto::v1beta1::{CdiDevice, ContainerAllocateResponse, Mount};
+
+/// The device list the NVIDIA container runtime reads.
+pub const ENV_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
 
 /// The settings Allocate uses.
 #[derive(Clone, Debug)]
@@ -35,6 +39,8 @@ pub struct AllocSettings {
     pub core_policy: Option<Policy>,
     /// `deviceMemoryScaling` (> 1 sets `CUDA_OVERSUBSCRIBE`).
     pub memory_scaling: f64,
+    /// How the GPUs reach the container runtime.
+    pub device_list: DeviceListStrategies,
 }
 
 impl AllocSettings {
@@ -48,6 +54,7 @@ impl AllocSettings {
             log_level: c.log_level.clone(),
             core_policy: c.core_policy,
             memory_scaling: c.memory_scaling,
+            device_list: c.device_list,
         }
     }
 }
@@ -63,6 +70,43 @@ pub struct Plan {
     pub mounts: Vec<Mount>,
     /// The limits file's content.
     pub limits: Limits,
+    /// Container annotations for the runtime (`cdi-annotations`).
+    pub annotations: BTreeMap<String, String>,
+    /// Fully qualified CDI device names (`cdi-cri`).
+    pub cdi_devices: Vec<String>,
+}
+
+/// The mount-point directory of the `volume-mounts` strategy (NVIDIA's
+/// container toolkit reads the device list from its entries).
+pub const DEVICE_LIST_MOUNT_ROOT: &str = "/var/run/nvidia-container-devices";
+/// The host side of each `volume-mounts` entry: only the name matters.
+pub const DEVICE_LIST_MOUNT_SOURCE: &str = "/dev/null";
+/// The CDI kind of a whole NVIDIA GPU, as `nvidia-ctk cdi generate` writes
+/// it; devices are named by UUID (`--device-name-strategy=uuid`).
+pub const CDI_GPU_KIND: &str = "nvidia.com/gpu";
+/// The CDI container-annotation prefix.
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// The CDI annotation key for a pod's container: `cdi.k8s.io/vgpu_<uid>`,
+/// held to CDI's rule for the name after the prefix (at most 63 of
+/// `[A-Za-z0-9_.-]`, alphanumeric at both ends). One key per container
+/// response; the runtime sees only its own container's annotations.
+pub fn cdi_annotation_key(pod_uid: &str) -> String {
+    let mut name: String = format!("vgpu_{pod_uid}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    while name.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        name.pop();
+    }
+    format!("{CDI_ANNOTATION_PREFIX}{name}")
 }
 
 /// Why no plan.
@@ -178,7 +222,30 @@ pub fn plan(
             uuids.push(&d.uuid);
         }
     }
-    envs.insert("NVIDIA_VISIBLE_DEVICES".to_owned(), uuids.join(","));
+    // As NVIDIA's plugin: envvar names the UUIDs, volume-mounts names the
+    // mount root instead (it wins when both are on), CDI alone sets none.
+    let strategies = s.device_list;
+    if strategies.volume_mounts {
+        envs.insert(
+            ENV_VISIBLE_DEVICES.to_owned(),
+            DEVICE_LIST_MOUNT_ROOT.to_owned(),
+        );
+    } else if strategies.envvar {
+        envs.insert(ENV_VISIBLE_DEVICES.to_owned(), uuids.join(","));
+    }
+    let cdi_names: Vec<String> = uuids
+        .iter()
+        .map(|u| format!("{CDI_GPU_KIND}={u}"))
+        .collect();
+    let mut annotations = BTreeMap::new();
+    if strategies.cdi_annotations {
+        annotations.insert(cdi_annotation_key(pod_uid), cdi_names.join(","));
+    }
+    let cdi_devices = if strategies.cdi_cri {
+        cdi_names
+    } else {
+        Vec::new()
+    };
     for (i, d) in devices.iter().enumerate() {
         envs.insert(
             format!("CUDA_DEVICE_MEMORY_LIMIT_{i}"),
@@ -232,6 +299,15 @@ pub fn plan(
     if let Some(dir) = s.broker_socket.as_ref().and_then(|p| p.parent()) {
         mounts.push(mount(dir, dir, true));
     }
+    if strategies.volume_mounts {
+        for u in &uuids {
+            mounts.push(mount(
+                PathBuf::from(DEVICE_LIST_MOUNT_ROOT).join(u),
+                DEVICE_LIST_MOUNT_SOURCE,
+                false,
+            ));
+        }
+    }
     let limits = limits_for(s, c, devices);
     limits.validate().map_err(|e| PlanError::Limits {
         container: c.name.clone(),
@@ -242,6 +318,8 @@ pub fn plan(
         envs,
         mounts,
         limits,
+        annotations,
+        cdi_devices,
     })
 }
 
@@ -252,8 +330,12 @@ impl Plan {
             envs: self.envs.clone().into_iter().collect(),
             mounts: self.mounts.clone(),
             devices: Vec::new(),
-            annotations: Default::default(),
-            cdi_devices: Vec::new(),
+            annotations: self.annotations.clone().into_iter().collect(),
+            cdi_devices: self
+                .cdi_devices
+                .iter()
+                .map(|name| CdiDevice { name: name.clone() })
+                .collect(),
         }
     }
 }
@@ -271,6 +353,7 @@ mod tests {
             log_level: Some("2".into()),
             core_policy: None,
             memory_scaling: 1.0,
+            device_list: DeviceListStrategies::default(),
         }
     }
 
@@ -378,6 +461,89 @@ mod tests {
             .mounts
             .iter()
             .any(|m| m.container_path == "/etc/ld.so.preload"));
+    }
+
+    #[test]
+    fn device_list_strategies() {
+        let d = [
+            ContainerDevice::nvidia("GPU-a", 1000, 0),
+            ContainerDevice::nvidia("GPU-b", 1000, 0),
+            ContainerDevice::nvidia("GPU-a", 500, 0),
+        ];
+        let uid = "7d1c2b3a-0000-4000-8000-000000000001";
+        let with = |list: &str| {
+            let mut s = settings();
+            s.device_list = DeviceListStrategies::parse(list).unwrap();
+            plan(&s, uid, &ctr(&[]), &d).unwrap()
+        };
+        let devmounts = |p: &Plan| {
+            p.mounts
+                .iter()
+                .filter(|m| m.container_path.starts_with(DEVICE_LIST_MOUNT_ROOT))
+                .map(|m| (m.container_path.clone(), m.host_path.clone()))
+                .collect::<Vec<_>>()
+        };
+        // envvar (default): today's list, nothing else.
+        let p = with("envvar");
+        assert_eq!(p.envs[ENV_VISIBLE_DEVICES], "GPU-a,GPU-b");
+        assert!(devmounts(&p).is_empty() && p.annotations.is_empty() && p.cdi_devices.is_empty());
+        let r = p.response();
+        assert!(r.annotations.is_empty() && r.cdi_devices.is_empty());
+
+        // volume-mounts: the mount root in the env, one /dev/null per GPU.
+        let p = with("volume-mounts");
+        assert_eq!(p.envs[ENV_VISIBLE_DEVICES], DEVICE_LIST_MOUNT_ROOT);
+        assert_eq!(
+            devmounts(&p),
+            [
+                (
+                    "/var/run/nvidia-container-devices/GPU-a".to_string(),
+                    "/dev/null".to_string()
+                ),
+                (
+                    "/var/run/nvidia-container-devices/GPU-b".to_string(),
+                    "/dev/null".to_string()
+                ),
+            ]
+        );
+        // Both: volume-mounts' value wins, as in NVIDIA's plugin.
+        assert_eq!(
+            with("envvar,volume-mounts").envs[ENV_VISIBLE_DEVICES],
+            DEVICE_LIST_MOUNT_ROOT
+        );
+
+        // CDI only: no env list at all; annotations and/or CDI devices.
+        let p = with("cdi-annotations,cdi-cri");
+        assert!(!p.envs.contains_key(ENV_VISIBLE_DEVICES));
+        let r = p.response();
+        assert_eq!(
+            r.annotations.into_iter().collect::<Vec<_>>(),
+            [(
+                format!("cdi.k8s.io/vgpu_{uid}"),
+                "nvidia.com/gpu=GPU-a,nvidia.com/gpu=GPU-b".to_string()
+            )]
+        );
+        assert_eq!(
+            r.cdi_devices
+                .into_iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>(),
+            ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]
+        );
+        let p = with("cdi-cri");
+        assert!(p.annotations.is_empty() && p.cdi_devices.len() == 2);
+        // The vgpu env and mounts are there whatever the strategy.
+        assert_eq!(p.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "1000m");
+        assert!(p.mounts.iter().any(|m| m.container_path == "/etc/vgpu"));
+    }
+
+    #[test]
+    fn cdi_annotation_keys_follow_cdi_rules() {
+        assert_eq!(cdi_annotation_key("abc-1"), "cdi.k8s.io/vgpu_abc-1");
+        assert_eq!(cdi_annotation_key("a/b c"), "cdi.k8s.io/vgpu_a_b_c");
+        let long = cdi_annotation_key(&"x".repeat(100));
+        assert_eq!(long.len() - CDI_ANNOTATION_PREFIX.len(), 63);
+        assert_eq!(cdi_annotation_key("x-"), "cdi.k8s.io/vgpu_x");
     }
 
     #[test]

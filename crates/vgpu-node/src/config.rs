@@ -20,6 +20,81 @@ pub enum Enforce {
     Kill,
 }
 
+/// A setting that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Not one of NVIDIA's device-list strategies.
+    #[error("unknown device-list strategy {0:?}: expected envvar, volume-mounts, cdi-annotations or cdi-cri")]
+    DeviceListStrategy(String),
+    /// An empty strategy list.
+    #[error("empty device-list strategy: name at least one of envvar, volume-mounts, cdi-annotations, cdi-cri")]
+    NoDeviceListStrategy,
+}
+
+/// How Allocate hands the assigned GPUs to the container runtime: the
+/// strategies of NVIDIA's k8s-device-plugin (`--device-list-strategy`,
+/// HAMi's `devicePlugin.deviceListStrategy`), any combination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceListStrategies {
+    /// `envvar`: `NVIDIA_VISIBLE_DEVICES=<uuids>` (default).
+    pub envvar: bool,
+    /// `volume-mounts`: `/dev/null` mounted at
+    /// `/var/run/nvidia-container-devices/<uuid>` per GPU and
+    /// `NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices` (the
+    /// runtime reads the list from the mount points, which an unprivileged
+    /// pod cannot forge through its own env).
+    pub volume_mounts: bool,
+    /// `cdi-annotations`: the container annotation
+    /// `cdi.k8s.io/vgpu_<pod UID>` = `nvidia.com/gpu=<uuid>,…`.
+    pub cdi_annotations: bool,
+    /// `cdi-cri`: the response's `cdi_devices` (`nvidia.com/gpu=<uuid>`).
+    pub cdi_cri: bool,
+}
+
+impl Default for DeviceListStrategies {
+    fn default() -> Self {
+        DeviceListStrategies {
+            envvar: true,
+            volume_mounts: false,
+            cdi_annotations: false,
+            cdi_cri: false,
+        }
+    }
+}
+
+impl DeviceListStrategies {
+    /// A comma list of NVIDIA's names (`envvar,cdi-cri`).
+    pub fn parse(list: &str) -> Result<DeviceListStrategies, ConfigError> {
+        let mut s = DeviceListStrategies {
+            envvar: false,
+            volume_mounts: false,
+            cdi_annotations: false,
+            cdi_cri: false,
+        };
+        let mut any = false;
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "envvar" => s.envvar = true,
+                "volume-mounts" => s.volume_mounts = true,
+                "cdi-annotations" => s.cdi_annotations = true,
+                "cdi-cri" => s.cdi_cri = true,
+                other => return Err(ConfigError::DeviceListStrategy(other.to_owned())),
+            }
+            any = true;
+        }
+        if !any {
+            return Err(ConfigError::NoDeviceListStrategy);
+        }
+        Ok(s)
+    }
+
+    /// Only CDI strategies: as NVIDIA's plugin, no `NVIDIA_VISIBLE_DEVICES`
+    /// at all (the CDI spec injects the devices).
+    pub fn cdi_only(&self) -> bool {
+        !self.envvar && !self.volume_mounts
+    }
+}
+
 /// Every setting.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -68,6 +143,11 @@ pub struct NodeConfig {
     pub gc_interval: Duration,
     /// Node registration period (HAMi: 30 s).
     pub register_interval: Duration,
+    /// Advertise each device's NUMA node to the kubelet (HAMi's
+    /// `devicePlugin.enableNumaTopology`, default off).
+    pub numa_topology: bool,
+    /// How the assigned GPUs reach the container runtime.
+    pub device_list: DeviceListStrategies,
     /// Device health check and kubelet watch period.
     pub health_interval: Duration,
     /// How often the pods bound to this node are listed for the monitor
@@ -117,6 +197,8 @@ impl NodeConfig {
             gc_grace: Duration::from_secs(300),
             gc_interval: Duration::from_secs(60),
             register_interval: Duration::from_secs(30),
+            numa_topology: false,
+            device_list: DeviceListStrategies::default(),
             health_interval: Duration::from_secs(1),
             pod_refresh: Duration::from_secs(5),
             priority_hold: Some(10),
@@ -154,5 +236,30 @@ impl NodeConfig {
     /// The kubelet's registration socket.
     pub fn kubelet_socket(&self) -> PathBuf {
         self.device_plugin_dir.join(crate::proto::KUBELET_SOCKET)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_list_strategies_as_nvidia_names_them() {
+        assert_eq!(
+            DeviceListStrategies::parse("envvar"),
+            Ok(DeviceListStrategies::default())
+        );
+        let s = DeviceListStrategies::parse("volume-mounts, cdi-annotations,cdi-cri").unwrap();
+        assert!(!s.envvar && s.volume_mounts && s.cdi_annotations && s.cdi_cri);
+        assert!(!s.cdi_only());
+        assert!(DeviceListStrategies::parse("cdi-cri").unwrap().cdi_only());
+        assert_eq!(
+            DeviceListStrategies::parse("envvar,cdi"),
+            Err(ConfigError::DeviceListStrategy("cdi".into()))
+        );
+        assert_eq!(
+            DeviceListStrategies::parse(" , "),
+            Err(ConfigError::NoDeviceListStrategy)
+        );
     }
 }

@@ -51,6 +51,68 @@ impl LiveProcesses {
     }
 }
 
+/// Whether the region in `region_dir` has a slot whose owner is alive. A
+/// region that exists but cannot be read counts as in use: only a region
+/// whose every owner is proved dead may go (never fail open).
+pub fn region_in_use(region_dir: &Path, live: &LiveProcesses) -> bool {
+    observe::region_file(region_dir).is_some_and(|p| match vgpu_region::Region::open_read_only(&p) {
+        Err(e) if p.exists() => {
+            tracing::warn!(region = %p.display(), "cannot read the region, treating it as in use: {}", vgpu_errors::chain(&e));
+            true
+        }
+        Err(_) => false,
+        Ok(r) => r.snapshot().slots.iter().any(|s| {
+            !live.owner_dead(&vgpu_region::SlotOwner {
+                slot: vgpu_region::SlotId(s.index),
+                reclaiming: false,
+                pid: s.pid,
+                pid_ns: s.pid_ns,
+                start_time_low34: 0,
+                start_time: s.start_time,
+                host_pid: s.host_pid,
+            })
+        }),
+    })
+}
+
+/// What Allocate found in a container's region directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionReuse {
+    /// No region yet: the container's first process creates it.
+    Fresh,
+    /// A region no live process owns (an earlier Allocate of the same
+    /// container, all its processes gone): removed, so the new assignment,
+    /// whose GPUs and limits may differ, starts from a clean ledger.
+    Cleared(Vec<std::path::PathBuf>),
+    /// A region a live process still owns: kept, so that process's memory
+    /// keeps counting against the container's budget.
+    KeptInUse,
+}
+
+/// Called by Allocate before it hands out `region_dir` again. A container
+/// restart never gets here (the kubelet reuses its checkpointed answer and
+/// the region with it); a second Allocate for the same container does.
+pub fn prepare_region_dir(region_dir: &Path, live: &LiveProcesses) -> std::io::Result<RegionReuse> {
+    if observe::region_file(region_dir).is_none() {
+        return Ok(RegionReuse::Fresh);
+    }
+    if region_in_use(region_dir, live) {
+        return Ok(RegionReuse::KeptInUse);
+    }
+    let mut removed = Vec::new();
+    // The fixed name and HAMi's `<uuid>.cache` alike.
+    for e in std::fs::read_dir(region_dir)?.filter_map(|e| e.ok()) {
+        let p = e.path();
+        let is_cache = p.extension().is_some_and(|x| x == "cache");
+        if is_cache && e.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::remove_file(&p)?;
+            removed.push(p);
+        }
+    }
+    removed.sort();
+    Ok(RegionReuse::Cleared(removed))
+}
+
 /// Frees dead slots in every region under `layout`; returns how many.
 pub fn reclaim_slots(layout: &Layout, live: &LiveProcesses) -> usize {
     let Ok(rd) = std::fs::read_dir(layout.containers_dir()) else {
@@ -152,28 +214,7 @@ impl CacheGc {
             missing.insert(uid.to_owned());
             let since = *self.gone_since.entry(uid.to_owned()).or_insert(now);
             let region_dir = layout.region_dir(&key);
-            // A region that exists but cannot be read is kept: only a region
-            // whose every owner is proved dead may go (never fail open).
-            let in_use = observe::region_file(&region_dir).is_some_and(|p| {
-                match vgpu_region::Region::open_read_only(&p) {
-                    Err(e) if p.exists() => {
-                        tracing::warn!(region = %p.display(), "cache GC: cannot read the region, keeping it: {}", vgpu_errors::chain(&e));
-                        true
-                    }
-                    Err(_) => false,
-                    Ok(r) => r.snapshot().slots.iter().any(|s| {
-                        !live.owner_dead(&vgpu_region::SlotOwner {
-                            slot: vgpu_region::SlotId(s.index),
-                            reclaiming: false,
-                            pid: s.pid,
-                            pid_ns: s.pid_ns,
-                            start_time_low34: 0,
-                            start_time: s.start_time,
-                            host_pid: s.host_pid,
-                        })
-                    }),
-                }
-            });
+            let in_use = region_in_use(&region_dir, live);
             let dirs = [region_dir, layout.limits_dir(&key)];
             let old = dirs.iter().all(|d| !d.exists() || older_than(d, grace));
             if in_use || now.duration_since(since) < grace || !old {
@@ -302,6 +343,50 @@ mod tests {
         let rep = gc.pass(&l, &HashSet::new(), &live, GRACE, t0 + GRACE * 5);
         assert_eq!(rep.waiting, vec!["busy_main".to_owned()]);
         assert!(path.exists() && l.limits_dir("busy_main").exists());
+    }
+
+    #[test]
+    fn a_second_allocate_clears_a_dead_region_and_keeps_a_live_one() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        let dir = l.region_dir("p_main");
+        std::fs::create_dir_all(&dir).unwrap();
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        assert_eq!(prepare_region_dir(&dir, &live).unwrap(), RegionReuse::Fresh);
+
+        let opts = vgpu_region::CreateOptions {
+            slots: 4,
+            devices: vec![vgpu_region::DeviceConfig {
+                uuid: "GPU-0".into(),
+                mem_limit: 1 << 30,
+                sm_limit: 0,
+            }],
+        };
+        let path = dir.join(layout::REGION_FILE);
+        let (r, _) = vgpu_region::Region::open_or_create(&path, &opts).unwrap();
+        let _slot = r.register().unwrap();
+        // This process owns a slot: the region stays, with its ledger.
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        assert_eq!(
+            prepare_region_dir(&dir, &live).unwrap(),
+            RegionReuse::KeptInUse
+        );
+        assert!(path.exists());
+        drop(r);
+
+        // Only dead owners (a process of another, gone namespace) and a
+        // HAMi-named file beside it: both go.
+        std::fs::write(dir.join("0b5e-uuid.cache"), b"hami").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let (r, _) = vgpu_region::Region::open_or_create(&path, &opts).unwrap();
+        drop(r);
+        let gone = LiveProcesses::default();
+        let got = prepare_region_dir(&dir, &gone).unwrap();
+        assert_eq!(
+            got,
+            RegionReuse::Cleared(vec![dir.join("0b5e-uuid.cache"), path.clone()])
+        );
+        assert!(!path.exists() && dir.exists());
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //!   registration, re-registration after a kubelet restart, ListAndWatch
 //!   with health, HAMi's Allocate (env, mounts, the read-only limits file),
 //!   GetPreferredAllocation, PreStartContainer;
-//! - [`register`]: the node's `hami.io/node-nvidia-register` annotation and
-//!   the `hami.io/node-handshake` reply;
+//! - [`register`]: the node's `hami.io/node-nvidia-register` annotation
+//!   (the handshake is left to the scheduler, as HAMi's plugin does);
 //! - [`broker`]: the host-PID broker (vgpu-identity's server) hosted in the
 //!   agent, in the host PID namespace;
 //! - [`monitor`]: `/metrics` (HAMi's names, legacy names behind a flag,

@@ -96,6 +96,10 @@ pub struct DevicePlugin {
     pub priority_hold: String,
     /// Kubelet device-plugin directory.
     pub device_plugin_path: String,
+    /// Advertise NUMA nodes to the kubelet (HAMi's name; off by default).
+    pub enable_numa_topology: bool,
+    /// NVIDIA's device-list strategies, comma list (HAMi's name).
+    pub device_list_strategy: String,
     /// Host directory of the broker socket (mounted read-only into pods).
     pub broker_dir: String,
 }
@@ -231,6 +235,8 @@ impl Default for DevicePlugin {
             grace: "30s".into(),
             priority_hold: "10".into(),
             device_plugin_path: "/var/lib/kubelet/device-plugins".into(),
+            enable_numa_topology: false,
+            device_list_strategy: "envvar".into(),
             broker_dir: "/run/vgpu".into(),
         }
     }
@@ -287,6 +293,10 @@ fn num(f: f64) -> String {
     }
 }
 
+/// Where the scheduler container finds `tls.crt`/`tls.key`: the secret
+/// `<release>-vgpu-scheduler-tls` (type kubernetes.io/tls), as HAMi's chart.
+pub const SCHEDULER_TLS_DIR: &str = "/tls";
+
 fn labels(component: &str) -> Value {
     json!({"app.kubernetes.io/name": "vgpu", "app.kubernetes.io/component": component})
 }
@@ -316,6 +326,8 @@ pub fn node_args(v: &Values) -> Vec<String> {
         format!("--tolerance={}", d.tolerance),
         format!("--grace={}", d.grace),
         format!("--priority-hold={}", d.priority_hold),
+        format!("--enable-numa-topology={}", d.enable_numa_topology),
+        format!("--device-list-strategy={}", d.device_list_strategy),
     ]
 }
 

@@ -314,24 +314,29 @@ impl Gpus for Nvml {
     }
 }
 
-/// The NUMA node of a PCI device from sysfs (`-1`/missing = 0, as HAMi).
-pub fn numa_node(bus_id: &str) -> i64 {
+/// The NUMA node of a PCI device from sysfs; `None` when sysfs does not
+/// say (no file, `-1` on a single-node machine, junk): never guessed, since a
+/// wrong node changes what the kubelet's topology manager admits.
+pub fn numa_node(bus_id: &str) -> Option<i64> {
+    numa_node_in(std::path::Path::new("/sys/bus/pci/devices"), bus_id)
+}
+
+/// [`numa_node`] under another sysfs devices directory (tests).
+pub fn numa_node_in(devices_dir: &Path, bus_id: &str) -> Option<i64> {
     let id = bus_id.to_ascii_lowercase();
-    let id = id
-        .strip_prefix("0000")
-        .map(|s| format!("0000{s}"))
-        .unwrap_or(id);
     // NVML writes an 8-digit domain (00000000:3B:00.0); sysfs uses 4.
     let id = if id.len() == 16 && id.starts_with("0000") {
         id[4..].to_owned()
     } else {
         id
     };
-    std::fs::read_to_string(format!("/sys/bus/pci/devices/{id}/numa_node"))
+    if id.is_empty() || id.contains('/') {
+        return None;
+    }
+    std::fs::read_to_string(devices_dir.join(&id).join("numa_node"))
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
         .filter(|n| *n >= 0)
-        .unwrap_or(0)
 }
 
 /// Only for messages: an NVML error code's name.
@@ -431,4 +436,27 @@ pub fn healthy(g: &dyn Gpus, index: u32) -> bool {
 /// `CStr` helper for tests of the loader's error text.
 pub fn cstr_lossy(p: &CStr) -> String {
     p.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numa_from_sysfs_or_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = |id: &str, v: &str| {
+            std::fs::create_dir_all(dir.path().join(id)).unwrap();
+            std::fs::write(dir.path().join(id).join("numa_node"), v).unwrap();
+        };
+        dev("0000:3b:00.0", "1\n");
+        dev("0000:5e:00.0", "-1\n");
+        // NVML's 8-digit domain, upper case.
+        assert_eq!(numa_node_in(dir.path(), "00000000:3B:00.0"), Some(1));
+        assert_eq!(numa_node_in(dir.path(), "0000:3b:00.0"), Some(1));
+        // -1 (no NUMA information), missing, empty: unknown, not 0.
+        assert_eq!(numa_node_in(dir.path(), "00000000:5E:00.0"), None);
+        assert_eq!(numa_node_in(dir.path(), "00000000:AF:00.0"), None);
+        assert_eq!(numa_node_in(dir.path(), ""), None);
+    }
 }

@@ -38,28 +38,72 @@ use crate::proto::v1beta1::registration_client::RegistrationClient;
 use crate::proto::v1beta1::*;
 use crate::proto::{HEALTHY, UNHEALTHY, VERSION};
 
+/// One GPU as the kubelet and the scheduler see it: what ListAndWatch and
+/// the node registration carry, and nothing that moves while the GPU is
+/// busy (memory in use is the monitor's, read at scrape time). Equality of
+/// these facts is what "the devices changed" means: a change re-sends
+/// ListAndWatch and re-checks the registration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// Device name.
+    pub name: String,
+    /// Total memory, bytes.
+    pub memory_total: u64,
+    /// NUMA node, when sysfs tells it.
+    pub numa: Option<i64>,
+}
+
+impl DeviceFacts {
+    /// The facts of `g` (reads its NUMA node from sysfs).
+    pub fn of(g: &GpuInfo) -> DeviceFacts {
+        DeviceFacts {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            memory_total: g.memory_total,
+            numa: crate::nvml::numa_node(&g.bus_id),
+        }
+    }
+}
+
 /// The GPUs and their health, as ListAndWatch advertises them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceSet {
     /// GPUs in NVML order.
-    pub gpus: Vec<GpuInfo>,
+    pub gpus: Vec<DeviceFacts>,
     /// Health per GPU (same order).
     pub healthy: Vec<bool>,
 }
 
 impl DeviceSet {
-    /// The advertised devices.
-    pub fn api_devices(&self, split: u32) -> Vec<Device> {
+    /// The set for what the driver listed, `healthy` per GPU.
+    pub fn from_driver(gpus: &[GpuInfo], healthy: Vec<bool>) -> DeviceSet {
+        DeviceSet {
+            gpus: gpus.iter().map(DeviceFacts::of).collect(),
+            healthy,
+        }
+    }
+
+    /// The advertised devices. With `numa_topology` (HAMi's
+    /// `enableNumaTopology`, off by default) each carries its GPU's NUMA node
+    /// when it is known; otherwise, or when unknown, no topology at all: the
+    /// kubelet's topology manager then treats it as fitting any node, where
+    /// a made-up node would make it refuse or misplace pods.
+    pub fn api_devices(&self, split: u32, numa_topology: bool) -> Vec<Device> {
         let mut out = Vec::new();
         for (g, ok) in self.gpus.iter().zip(&self.healthy) {
-            let numa = crate::nvml::numa_node(&g.bus_id);
+            let topology = g.numa.filter(|_| numa_topology).map(|id| TopologyInfo {
+                nodes: vec![NumaNode { id }],
+            });
             for i in 0..split {
                 out.push(Device {
                     id: devices::replica_id(&g.uuid, i),
                     health: if *ok { HEALTHY } else { UNHEALTHY }.to_owned(),
-                    topology: Some(TopologyInfo {
-                        nodes: vec![NumaNode { id: numa }],
-                    }),
+                    topology: topology.clone(),
                 });
             }
         }
@@ -241,8 +285,22 @@ impl PluginCore {
         layout::ensure_dir_all(&l.limits_root(), 0o755)
             .map_err(|e| fail("the limits directory", &e))?;
         // Tenant processes of any uid create the region here.
-        layout::ensure_dir(&l.region_dir(&plan.key), 0o1777)
-            .map_err(|e| fail("the region directory", &e))?;
+        let region_dir = l.region_dir(&plan.key);
+        layout::ensure_dir(&region_dir, 0o1777).map_err(|e| fail("the region directory", &e))?;
+        // The region keeps its fixed name (a process that lost its env finds
+        // it); a second Allocate for the container decides what it inherits.
+        let live = crate::gc::LiveProcesses::scan(Path::new("/proc"));
+        match crate::gc::prepare_region_dir(&region_dir, &live)
+            .map_err(|e| fail("the region directory", &e))?
+        {
+            crate::gc::RegionReuse::Fresh => {}
+            crate::gc::RegionReuse::Cleared(files) => {
+                tracing::info!(key = %plan.key, ?files, "Allocate again for a container whose processes are gone: its old region is removed")
+            }
+            crate::gc::RegionReuse::KeptInUse => {
+                tracing::warn!(key = %plan.key, "Allocate again for a container with live processes: their region is kept and keeps counting")
+            }
+        }
         layout::ensure_dir(&l.limits_dir(&plan.key), 0o755)
             .map_err(|e| fail("the limits directory", &e))?;
         vgpu_region::limits::write_limits_file_atomic(&l.limits_file(&plan.key), &plan.limits)
@@ -280,7 +338,7 @@ impl PluginCore {
         })?;
         let set = self.devices.borrow().clone();
         let advertised: HashSet<String> = set
-            .api_devices(self.cfg.split_count)
+            .api_devices(self.cfg.split_count, self.cfg.numa_topology)
             .into_iter()
             .map(|d| d.id)
             .collect();
@@ -459,10 +517,11 @@ impl DevicePlugin for DevicePluginService {
     async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<DeviceStream>, Status> {
         let mut rx = self.0.devices.clone();
         let split = self.0.cfg.split_count;
+        let numa = self.0.cfg.numa_topology;
         let s = async_stream(move |tx| async move {
             let mut last: Option<Vec<Device>> = None;
             loop {
-                let now = rx.borrow_and_update().api_devices(split);
+                let now = rx.borrow_and_update().api_devices(split, numa);
                 if last.as_ref() != Some(&now) {
                     if tx
                         .send(Ok(ListAndWatchResponse {
@@ -689,6 +748,39 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts(numa: Option<i64>) -> DeviceFacts {
+        DeviceFacts {
+            index: 0,
+            uuid: "GPU-a".into(),
+            name: "NVIDIA T4".into(),
+            memory_total: 16 << 30,
+            numa,
+        }
+    }
+
+    #[test]
+    fn numa_topology_is_opt_in_and_never_made_up() {
+        let set = |numa| DeviceSet {
+            gpus: vec![facts(numa)],
+            healthy: vec![true],
+        };
+        let topo = |s: &DeviceSet, on| {
+            s.api_devices(2, on)
+                .into_iter()
+                .map(|d| {
+                    d.topology
+                        .map(|t| t.nodes.iter().map(|n| n.id).collect::<Vec<_>>())
+                })
+                .collect::<Vec<_>>()
+        };
+        // Off (HAMi's default): no topology, known node or not.
+        assert_eq!(topo(&set(Some(1)), false), [None, None]);
+        // On: the known node on every replica.
+        assert_eq!(topo(&set(Some(1)), true), [Some(vec![1]), Some(vec![1])]);
+        // On, unknown: no topology rather than a made-up node 0.
+        assert_eq!(topo(&set(None), true), [None, None]);
+    }
 
     #[test]
     fn preferred_picks_replicas_of_the_assigned_gpus() {

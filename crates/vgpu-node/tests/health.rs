@@ -29,7 +29,7 @@ fn gpu(i: u32) -> GpuInfo {
 fn set(g: &StaticGpus) -> DeviceSet {
     let gpus = g.devices().unwrap();
     let healthy = gpus.iter().map(|x| nvml::healthy(g, x.index)).collect();
-    DeviceSet { gpus, healthy }
+    DeviceSet::from_driver(&gpus, healthy)
 }
 
 type Stream = <DevicePluginService as DevicePlugin>::ListAndWatchStream;

@@ -13,6 +13,8 @@
 //! pods labelled `hami.io/webhook: ignore`, pods another scheduler owns.
 //! Pure: the review in, the review out.
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -169,8 +171,37 @@ pub fn patch(from: &Pod, to: &Pod) -> Result<json_patch::Patch, serde_json::Erro
     ))
 }
 
-/// The answer to one AdmissionReview.
-pub fn review(
+/// The answer to one AdmissionReview as it goes on the wire. The API
+/// documents `response.patch` as Go's `[]byte`, a base64 string;
+/// kube-core's `Vec<u8>` field serializes as an array of numbers
+/// (kube-rs issue 1781), which the API server happens to accept but no
+/// other client need, so the field is rewritten as base64 here.
+pub fn review(cfg: &SchedulerConfig, review: AdmissionReview<Pod>) -> serde_json::Value {
+    let answer = review_typed(cfg, review);
+    let mut v = match serde_json::to_value(&answer) {
+        Ok(v) => v,
+        // Plain strings, bools and a byte vector: cannot fail; the refusal
+        // keeps the API server from applying anything if it ever did.
+        Err(e) => serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": "", "allowed": false,
+                         "status": {"message": format!("vgpu webhook: encoding the answer: {e}")}},
+        }),
+    };
+    if let Some(patch) = answer.response.as_ref().and_then(|r| r.patch.as_ref()) {
+        if let Some(resp) = v.get_mut("response").and_then(|r| r.as_object_mut()) {
+            resp.insert(
+                "patch".to_owned(),
+                serde_json::Value::String(BASE64.encode(patch)),
+            );
+        }
+    }
+    v
+}
+
+/// The answer in kube-core's types (its `patch` is raw bytes).
+pub fn review_typed(
     cfg: &SchedulerConfig,
     review: AdmissionReview<Pod>,
 ) -> AdmissionReview<DynamicObject> {

@@ -43,12 +43,10 @@ fn run(cfg: &SchedulerConfig, pod: Value) -> (bool, String, Value) {
     let mut out = pod;
     if let Some(p) = resp.get("patch").filter(|p| !p.is_null()) {
         assert_eq!(resp["patchType"], "JSONPatch");
-        // Go's []byte: a base64 string, or (as Go's decoder also accepts)
-        // an array of byte values, which is how kube-core writes it.
+        // Go's []byte: a base64 string, as the API documents it.
         let bytes: Vec<u8> = match p {
             Value::String(s) => base64_decode(s),
-            Value::Array(a) => a.iter().map(|b| b.as_u64().unwrap() as u8).collect(),
-            other => panic!("patch is {other}"),
+            other => panic!("patch must be a base64 string, is {other}"),
         };
         let patch: Patch = serde_json::from_slice(&bytes).unwrap();
         json_patch::patch(&mut out, &patch).unwrap();
@@ -60,7 +58,8 @@ fn base64_decode(s: &str) -> Vec<u8> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::new();
     let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.bytes().filter(|&c| c != b'=') {
+    assert_eq!(s.len() % 4, 0, "padded standard base64: {s}");
+    for c in s.trim_end_matches('=').bytes() {
         let v = ALPHABET.iter().position(|&a| a == c).expect("base64") as u32;
         acc = (acc << 6) | v;
         bits += 6;
@@ -241,4 +240,52 @@ fn a_v1beta1_review_is_answered_in_v1beta1() {
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1beta1");
     assert_eq!(answer["response"]["allowed"], true);
     assert_eq!(answer["response"]["patchType"], "JSONPatch");
+}
+
+#[test]
+fn the_patch_is_a_base64_string() {
+    let body = admission(gpu_pod(
+        json!([{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpumem": "1024"}}}]),
+    ));
+    let answer = review(
+        &SchedulerConfig::default(),
+        serde_json::from_value(body).unwrap(),
+    );
+    let patch = &answer["response"]["patch"];
+    let s = patch.as_str().unwrap_or_else(|| panic!("patch is {patch}"));
+    let ops: Value = serde_json::from_slice(&base64_decode(s)).unwrap();
+    assert!(ops.as_array().is_some_and(|a| !a.is_empty()), "{ops}");
+}
+
+#[test]
+fn a_pod_the_api_server_defaulted_is_taken_over() {
+    // The API server defaults every field before mutating webhooks run:
+    // schedulerName is `default-scheduler`, never empty, by the time we see
+    // the pod. HAMi's rule: default-scheduler is ours to overwrite (with
+    // --force-overwrite-default-scheduler, on by default) for a GPU pod.
+    let mut pod = gpu_pod(json!([{
+        "name": "main", "image": "x", "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"}}
+    }]));
+    let spec = pod["spec"].as_object_mut().unwrap();
+    spec.insert("schedulerName".into(), json!("default-scheduler"));
+    spec.insert("restartPolicy".into(), json!("Always"));
+    spec.insert("dnsPolicy".into(), json!("ClusterFirst"));
+    spec.insert("enableServiceLinks".into(), json!(true));
+    spec.insert("priority".into(), json!(0));
+    spec.insert("terminationGracePeriodSeconds".into(), json!(30));
+    let (allowed, _, out) = run(&SchedulerConfig::default(), pod.clone());
+    assert!(allowed);
+    assert_eq!(out["spec"]["schedulerName"], "hami-scheduler");
+    // The other defaults are left as they were.
+    assert_eq!(out["spec"]["restartPolicy"], "Always");
+    assert_eq!(out["spec"]["dnsPolicy"], "ClusterFirst");
+    // A defaulted pod without GPUs stays with the default scheduler.
+    let mut web = pod.clone();
+    web["spec"]["containers"][0]["resources"] = json!({});
+    let (allowed, _, out) = run(&SchedulerConfig::default(), web.clone());
+    assert!(allowed);
+    assert_eq!(out, web);
 }
