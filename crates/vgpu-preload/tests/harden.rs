@@ -948,3 +948,43 @@ fn a_tenant_zeroing_its_slot_counters_is_admitted_against_what_it_holds() {
     let stderr = c.quit();
     assert!(stderr.contains("written down"), "{stderr}");
 }
+
+#[test]
+fn no_lookup_function_reaches_past_the_hooks() {
+    // Before: dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34") handed out
+    // glibc's own dlsym, and through it cuMemAlloc_v2 unhooked: 8 of 8 x
+    // 256 MiB granted under 1 GiB. After: 4 on every route.
+    let s = sim(1);
+    let e = env(
+        &s,
+        None,
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = e;
+    e.push((
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE".into(),
+        dir.path().join("r.cache").display().to_string(),
+    ));
+    let out = run(&c_program("dlvsym"), &[], &e);
+    let f = facts(&out);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(f.get("dlsym_is_ours").map(String::as_str), Some("1"), "{f:?}");
+    for route in [
+        "dlvsym_default_2_34",
+        "dlvsym_default_2_2_5",
+        "dlvsym_libc",
+        "dlsym_libc",
+        "dlvsym_libc_dlvsym",
+        "direct",
+    ] {
+        assert_eq!(num(&f, route), 4, "{route}: {f:?}");
+    }
+    // A driver name by version: routed when the driver's symbols are
+    // unversioned (glibc then answers any version), absent otherwise.
+    let by_version = f.get("dlvsym_driver_name").map(String::as_str);
+    assert!(matches!(by_version, Some("4" | "missing")), "{f:?}");
+}
