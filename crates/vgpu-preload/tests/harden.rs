@@ -972,7 +972,11 @@ fn no_lookup_function_reaches_past_the_hooks() {
     let out = run(&c_program("dlvsym"), &[], &e);
     let f = facts(&out);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(f.get("dlsym_is_ours").map(String::as_str), Some("1"), "{f:?}");
+    assert_eq!(
+        f.get("dlsym_is_ours").map(String::as_str),
+        Some("1"),
+        "{f:?}"
+    );
     for route in [
         "dlvsym_default_2_34",
         "dlvsym_default_2_2_5",
