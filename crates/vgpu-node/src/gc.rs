@@ -18,30 +18,105 @@ use crate::observe;
 use crate::procfs;
 
 /// Live processes by (PID namespace inode, PID in it).
+///
+/// A scan proves a process gone only when it read every live process: a
+/// process whose `/proc` entry exists but could not be read (a failed or
+/// interrupted read, a permission problem) makes the scan incomplete, and
+/// an incomplete scan proves nothing (`owner_dead` is false for everyone).
+/// A scan also knows nothing of processes that started after it: callers
+/// that act on "dead" re-check with a scan taken after they read the
+/// owner (`owner_dead_now`).
 #[derive(Clone, Debug, Default)]
 pub struct LiveProcesses {
     by_ns: HashMap<u64, HashSet<u32>>,
+    /// Some live process could not be read at all.
+    incomplete: bool,
+    /// PIDs (in their own namespace) of live processes whose namespace
+    /// could not be read: each could be the owner of any slot with that PID.
+    unplaced: HashSet<u32>,
+    root: std::path::PathBuf,
+}
+
+/// What reading one `/proc/<pid>` found.
+enum Seen {
+    Live {
+        ns: u64,
+        ns_pid: u32,
+    },
+    /// Live, its PID known but not its namespace (`ns/pid` unreadable).
+    Unplaced {
+        ns_pid: u32,
+    },
+    /// Gone, or a zombie (it holds no memory and no mapping).
+    Gone,
+    /// There, but not readable: proves nothing.
+    Unreadable,
+}
+
+fn look(proc_root: &Path, pid: u32) -> Seen {
+    let dir = proc_root.join(pid.to_string());
+    let stat = std::fs::read_to_string(dir.join("stat"));
+    if let Ok(st) = &stat {
+        // The state field follows the last ')' of the command name.
+        let state = st
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next());
+        if matches!(state, Some('Z' | 'X')) {
+            return Seen::Gone;
+        }
+    }
+    let ns = std::fs::read_link(dir.join("ns/pid"))
+        .ok()
+        .and_then(|l| procfs::parse_ns_link(&l.to_string_lossy()));
+    let ns_pid = std::fs::read_to_string(dir.join("status"))
+        .ok()
+        .and_then(|s| procfs::parse_ns_pid(&s));
+    match (stat.is_ok(), ns, ns_pid) {
+        (true, Some(ns), Some(ns_pid)) => Seen::Live { ns, ns_pid },
+        (true, None, Some(ns_pid)) if std::fs::symlink_metadata(&dir).is_ok() => {
+            Seen::Unplaced { ns_pid }
+        }
+        // A failed read of a process that has exited meanwhile is its exit.
+        _ if std::fs::symlink_metadata(&dir).is_err() => Seen::Gone,
+        _ => Seen::Unreadable,
+    }
 }
 
 impl LiveProcesses {
     /// Scans `proc_root`.
     pub fn scan(proc_root: &Path) -> LiveProcesses {
         let mut by_ns: HashMap<u64, HashSet<u32>> = HashMap::new();
+        let mut unplaced = HashSet::new();
+        let mut incomplete = std::fs::read_dir(proc_root).is_err();
         for pid in procfs::list_pids(proc_root) {
-            if let Some(i) = procfs::info(proc_root, pid) {
-                if let (Some(ns), Some(p)) = (i.pid_ns, i.ns_pid) {
-                    by_ns.entry(ns).or_default().insert(p);
+            match look(proc_root, pid) {
+                Seen::Live { ns, ns_pid } => {
+                    by_ns.entry(ns).or_default().insert(ns_pid);
                 }
+                Seen::Unplaced { ns_pid } => {
+                    unplaced.insert(ns_pid);
+                }
+                Seen::Gone => {}
+                Seen::Unreadable => incomplete = true,
             }
         }
-        LiveProcesses { by_ns }
+        if incomplete {
+            tracing::warn!("process scan incomplete (a process could not be read): nothing is judged dead this pass");
+        }
+        LiveProcesses {
+            by_ns,
+            incomplete,
+            unplaced,
+            root: proc_root.to_path_buf(),
+        }
     }
 
-    /// Is the owner of a slot dead? Only when its namespace is known and no
-    /// live process there has its PID. A namespace with no live process at
-    /// all (the container is gone) makes every slot of it dead.
+    /// Is the owner of a slot dead? Only when the scan is complete, the
+    /// owner's namespace is known and no live process there has its PID.
+    /// A namespace with no live process at all (the container is gone)
+    /// makes every slot of it dead.
     pub fn owner_dead(&self, o: &vgpu_region::SlotOwner) -> bool {
-        if o.pid_ns == 0 {
+        if o.pid_ns == 0 || self.incomplete || self.unplaced.contains(&o.pid) {
             return false;
         }
         !self
@@ -49,6 +124,59 @@ impl LiveProcesses {
             .get(&o.pid_ns)
             .is_some_and(|s| s.contains(&o.pid))
     }
+
+    /// `owner_dead`, confirmed by a scan taken now (after the caller read
+    /// the owner): a process that started after this scan is never taken
+    /// for a dead one.
+    pub fn owner_dead_now(&self, o: &vgpu_region::SlotOwner) -> bool {
+        self.owner_dead(o) && LiveProcesses::scan(&self.root).owner_dead(o)
+    }
+}
+
+/// Whether the container directory `dir` may go: its region (if any) has
+/// no slot whose owner is not proved dead, by `live` and again by a scan
+/// taken after reading the slots. Any read that fails proves nothing: then
+/// it is in use. (A process that maps the region without a slot, an
+/// NVML-only reader, is not seen; removing the directory unlinks the file
+/// but cannot hurt its mapping.)
+fn proved_unused(dir: &Path, live: &LiveProcesses) -> bool {
+    if let Some(p) = observe::region_file(dir) {
+        match vgpu_region::Region::open_read_only(&p) {
+            Err(e) if p.exists() => {
+                tracing::warn!(region = %p.display(), "cache GC: cannot read the region, keeping it: {}", vgpu_errors::chain(&e));
+                return false;
+            }
+            Err(_) => {}
+            Ok(r) => {
+                let owners: Vec<vgpu_region::SlotOwner> = r
+                    .snapshot()
+                    .slots
+                    .iter()
+                    .map(|s| vgpu_region::SlotOwner {
+                        slot: vgpu_region::SlotId(s.index),
+                        reclaiming: false,
+                        pid: s.pid,
+                        pid_ns: s.pid_ns,
+                        start_time_low34: 0,
+                        start_time: s.start_time,
+                        host_pid: s.host_pid,
+                    })
+                    .collect();
+                drop(r);
+                if owners.iter().any(|o| !live.owner_dead(o)) {
+                    return false;
+                }
+                if !owners.is_empty() {
+                    // Confirmed by a scan taken after the snapshot.
+                    let now = LiveProcesses::scan(&live.root);
+                    if owners.iter().any(|o| !now.owner_dead(o)) {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Whether the region in `region_dir` has a slot whose owner is alive. A
@@ -144,7 +272,9 @@ pub fn reclaim_slots(layout: &Layout, live: &LiveProcesses) -> usize {
         }
         match vgpu_region::Region::open(&path) {
             Ok(r) => {
-                let freed = r.reclaim_where(|o| live.owner_dead(o));
+                // Judged against a scan taken after the owner was read: a
+                // process of a namespace newer than `live` is not dead.
+                let freed = r.reclaim_where(|o| live.owner_dead_now(o));
                 if freed > 0 {
                     tracing::info!(region = %path.display(), freed, "reclaimed slots of dead processes");
                 }
@@ -214,9 +344,13 @@ impl CacheGc {
             missing.insert(uid.to_owned());
             let since = *self.gone_since.entry(uid.to_owned()).or_insert(now);
             let region_dir = layout.region_dir(&key);
-            let in_use = region_in_use(&region_dir, live);
-            let dirs = [region_dir, layout.limits_dir(&key)];
+            let dirs = [region_dir.clone(), layout.limits_dir(&key)];
             let old = dirs.iter().all(|d| !d.exists() || older_than(d, grace));
+            // Only a directory every possible holder of which is proved
+            // gone may go (never fail open); checked last, as it scans.
+            let in_use = now.duration_since(since) >= grace
+                && old
+                && !dirs.iter().all(|d| proved_unused(d, live));
             if in_use || now.duration_since(since) < grace || !old {
                 rep.waiting.push(key);
                 continue;
@@ -407,5 +541,188 @@ mod tests {
         assert_eq!(rep.waiting, vec!["odd_main".to_owned()]);
         assert!(rep.removed.is_empty());
         assert!(path.exists() && l.limits_dir("odd_main").exists());
+    }
+
+    // ---------------------------------------------- holders (issue 18 §4)
+
+    const HOLDER_ENV: &str = "VGPU_GC_TEST_HOLDER";
+
+    /// Not a test of its own: run by `Holder::start` (this binary again)
+    /// with `VGPU_GC_TEST_HOLDER=<region>`, it maps the region, claims a
+    /// slot, says `ready` and holds both until its stdin closes.
+    #[test]
+    fn holder_process() {
+        let Some(path) = std::env::var_os(HOLDER_ENV) else {
+            return;
+        };
+        let r = vgpu_region::Region::open(Path::new(&path)).unwrap();
+        let _slot = r.register().unwrap();
+        // Said through a file: the test harness may capture stdout.
+        if let Some(ready) = std::env::var_os("VGPU_GC_TEST_READY") {
+            std::fs::write(ready, b"ready").unwrap();
+        }
+        let mut sink = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut sink);
+    }
+
+    struct Holder(std::process::Child);
+
+    impl Holder {
+        fn start(region: &Path) -> Holder {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let ready = region.with_file_name(format!(".ready-{}-{n}", std::process::id()));
+            let mut c = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "gc::tests::holder_process", "--test-threads=1"])
+                .env(HOLDER_ENV, region)
+                .env("VGPU_GC_TEST_READY", &ready)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let t0 = Instant::now();
+            while !ready.exists() {
+                assert!(c.try_wait().unwrap().is_none(), "holder died");
+                assert!(t0.elapsed() < Duration::from_secs(30), "holder not ready");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            // Not left in the directory (an entry would move its mtime
+            // only; the GC judges slots, not files).
+            let _ = std::fs::remove_file(&ready);
+            Holder(c)
+        }
+    }
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn region_in(l: &Layout, key: &str) -> std::path::PathBuf {
+        let opts = vgpu_region::CreateOptions {
+            slots: 64,
+            devices: vec![vgpu_region::DeviceConfig {
+                uuid: "GPU-0".into(),
+                mem_limit: 1 << 30,
+                sm_limit: 0,
+            }],
+        };
+        dirs(l, key, GRACE * 2);
+        let path = l.region_dir(key).join(layout::REGION_FILE);
+        vgpu_region::Region::open_or_create(&path, &opts).unwrap();
+        dirs(l, key, GRACE * 2);
+        path
+    }
+
+    #[test]
+    fn a_holder_that_registered_after_the_scan_keeps_its_region() {
+        // Before: the agent scans /proc, then reclaims, then runs the GC
+        // pass; a process that claimed its slot in between (or whose
+        // namespace is newer than the scan) was judged dead from the old
+        // scan, and the directory of its live region removed.
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        let path = region_in(&l, "late_main");
+        let stale = LiveProcesses::scan(Path::new("/proc"));
+        let h = Holder::start(&path);
+        assert_eq!(reclaim_slots(&l, &stale), 0, "its slot is not freed");
+        let mut gc = CacheGc::default();
+        let rep = gc.pass(&l, &HashSet::new(), &stale, Duration::ZERO, Instant::now());
+        assert!(rep.removed.is_empty(), "{rep:?}");
+        assert!(path.exists());
+        // Gone for real: then it goes.
+        drop(h);
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        reclaim_slots(&l, &live);
+        let rep = gc.pass(&l, &HashSet::new(), &live, Duration::ZERO, Instant::now());
+        assert_eq!(rep.removed, vec!["late_main".to_owned()]);
+    }
+
+    #[test]
+    fn a_process_that_cannot_be_read_proves_nothing() {
+        // Before: a /proc entry whose status could not be read was left out
+        // of the scan, so its slots counted as dead.
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let me = std::fs::read_to_string("/proc/self/stat").unwrap();
+        std::fs::create_dir_all(root.join("4242")).unwrap();
+        std::fs::write(root.join("4242/stat"), me).unwrap();
+        // No ns/pid link, no status: present but unreadable.
+        let live = LiveProcesses::scan(root);
+        let o = vgpu_region::SlotOwner {
+            slot: vgpu_region::SlotId(0),
+            reclaiming: false,
+            pid: 4242,
+            pid_ns: 4_026_531_836,
+            start_time_low34: 0,
+            start_time: 0,
+            host_pid: 0,
+        };
+        assert!(!live.owner_dead(&o));
+        // Its status readable but not its namespace: it may be any slot's
+        // owner with its PID, and only those.
+        std::fs::write(root.join("4242/status"), "Name:\tx\nNSpid:\t4242\n").unwrap();
+        let live = LiveProcesses::scan(root);
+        assert!(!live.owner_dead(&o));
+        assert!(live.owner_dead(&vgpu_region::SlotOwner { pid: 7, ..o }));
+        std::fs::remove_file(root.join("4242/status")).unwrap();
+        // A zombie is gone, and a complete scan proves its slot dead.
+        let z = "4242 (x) Z 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0";
+        std::fs::write(root.join("4242/stat"), z).unwrap();
+        assert!(LiveProcesses::scan(root).owner_dead(&o));
+    }
+
+    #[test]
+    fn gc_every_100ms_against_8_live_holders_under_a_cpu_hog_removes_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        let path = region_in(&l, "busy_main");
+        let mut holders: Vec<Holder> = (0..8).map(|_| Holder::start(&path)).collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hogs: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                })
+            })
+            .collect();
+        let mut gc = CacheGc::default();
+        let mut removed = 0;
+        for cycle in 0..500 {
+            // The agent's order: scan, reclaim, pass. Every 25th cycle one
+            // holder is replaced after the scan (a process starting while
+            // the pass runs on a stale scan).
+            let live = LiveProcesses::scan(Path::new("/proc"));
+            if cycle % 25 == 0 {
+                holders[cycle / 25 % 8] = Holder::start(&path);
+            }
+            reclaim_slots(&l, &live);
+            let rep = gc.pass(&l, &HashSet::new(), &live, Duration::ZERO, Instant::now());
+            removed += rep.removed.len();
+            assert!(
+                path.exists(),
+                "cycle {cycle}: the region of 8 live holders was removed"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in hogs {
+            h.join().unwrap();
+        }
+        assert_eq!(removed, 0);
+        let r = vgpu_region::Region::open_read_only(&path).unwrap();
+        assert_eq!(
+            r.snapshot().slots.len(),
+            8,
+            "every live holder keeps its slot"
+        );
+        drop(holders);
     }
 }

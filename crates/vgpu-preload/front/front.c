@@ -12,7 +12,12 @@
  * `dlsym` answers RTLD_NEXT itself with the caller's frame intact (the
  * lookup stays relative to the caller), passes every other lookup to
  * glibc, and asks the core to route only the `cu`- and `nvml`-names that are not our
- * own exports.
+ * own exports. `dlvsym` is answered the same way (a versioned lookup of
+ * "dlsym" would otherwise hand out glibc's own dlsym, past every hook):
+ * RTLD_NEXT straight into glibc's dlvsym, "dlsym"/"dlvsym" answered with
+ * our exports, driver names routed like dlsym's. glibc's dlvsym itself is
+ * found in libc's dynamic symbol table (our export shadows the name for
+ * every lookup through the loader, our own included).
  *
  * When the core cannot be loaded (a broken install), every hooked call
  * fails (CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -23,6 +28,8 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <unistd.h>
@@ -110,6 +117,31 @@ __asm__(".text\n"
         "  jmp vgpu_front_dlsym\n"
         ".size dlsym, .-dlsym\n");
 
+/* dlvsym: the same shape; RTLD_NEXT keeps the caller's frame. */
+__asm__(".text\n"
+        ".globl dlvsym\n.type dlvsym,@function\n"
+        "dlvsym:\n"
+        "  cmpq $-1, %rdi\n"
+        "  jne 2f\n"
+        "  movq vgpu_front_real_dlvsym(%rip), %rax\n"
+        "  testq %rax, %rax\n"
+        "  jz 3f\n"
+        "  jmpq *%rax\n"
+        "3:\n"
+        "  pushq %rdi\n  pushq %rsi\n  pushq %rdx\n"
+        "  call vgpu_front_find_dlvsym\n"
+        "  popq %rdx\n  popq %rsi\n  popq %rdi\n"
+        "  testq %rax, %rax\n"
+        "  jz 4f\n"
+        "  jmpq *%rax\n"
+        "4:\n"
+        "  ret\n"
+        "2:\n"
+        "  jmp vgpu_front_dlvsym\n"
+        ".size dlvsym, .-dlvsym\n");
+extern void *dlsym_export(void *, const char *) __asm__("dlsym");
+extern void *dlvsym_export(void *, const char *, const char *) __asm__("dlvsym");
+
 typedef void *(*dlsym_fn)(void *, const char *);
 typedef const void *const *(*bind_fn)(unsigned, const char *const *, void *const *, size_t, void *);
 typedef void *(*route_fn)(const char *, void *);
@@ -124,13 +156,91 @@ static route_fn core_route;
 static int fail_cuda(void) { return 303; /* CUDA_ERROR_SHARED_OBJECT_INIT_FAILED */ }
 static int fail_nvml(void) { return 12; /* NVML_ERROR_LIBRARY_NOT_FOUND */ }
 
+/* glibc's dlvsym, found once. */
+HIDDEN void *vgpu_front_real_dlvsym;
+
+static int same(const char *a, const char *b) {
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
+}
+
+/* A dynamic-section address: relocated by the loader on x86_64, not on
+ * every architecture. */
+static const void *dyn_ptr(const struct link_map *m, ElfW(Addr) p) {
+    return (const void *)(p < m->l_addr ? p + m->l_addr : p);
+}
+
+/* The default-version definition of `want` in the object of `m`, by its
+ * GNU hash table (NULL when there is none). */
+static void *lookup_in(const struct link_map *m, const char *want) {
+    const ElfW(Sym) *syms = NULL;
+    const char *strs = NULL;
+    const uint32_t *gh = NULL;
+    const ElfW(Half) *versym = NULL;
+    for (const ElfW(Dyn) *d = m->l_ld; d && d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_SYMTAB)
+            syms = dyn_ptr(m, d->d_un.d_ptr);
+        else if (d->d_tag == DT_STRTAB)
+            strs = dyn_ptr(m, d->d_un.d_ptr);
+        else if (d->d_tag == DT_GNU_HASH)
+            gh = dyn_ptr(m, d->d_un.d_ptr);
+        else if (d->d_tag == DT_VERSYM)
+            versym = dyn_ptr(m, d->d_un.d_ptr);
+    }
+    if (!syms || !strs || !gh)
+        return NULL;
+    uint32_t h = 5381;
+    for (const char *c = want; *c; c++)
+        h = h * 33 + (unsigned char)*c;
+    uint32_t nbuckets = gh[0], symoffset = gh[1], bloom_words = gh[2];
+    if (nbuckets == 0)
+        return NULL;
+    const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)&gh[4] + bloom_words);
+    const uint32_t *chain = buckets + nbuckets;
+    uint32_t i = buckets[h % nbuckets];
+    if (i < symoffset)
+        return NULL;
+    for (;; i++) {
+        uint32_t ch = chain[i - symoffset];
+        if ((ch | 1) == (h | 1) && same(strs + syms[i].st_name, want) &&
+            syms[i].st_shndx != SHN_UNDEF && !(versym && (versym[i] & 0x8000)))
+            return (void *)(m->l_addr + syms[i].st_value);
+        if (ch & 1)
+            return NULL;
+    }
+}
+
+HIDDEN void *vgpu_front_find_dlvsym(void) {
+    void *p = __atomic_load_n(&vgpu_front_real_dlvsym, __ATOMIC_ACQUIRE);
+    if (p)
+        return p;
+    /* libc is the object that defines write(2) for us. */
+    Dl_info info;
+    struct link_map *m = NULL;
+    if (dladdr((void *)write, &info) && info.dli_fname) {
+        void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        if (h && dlinfo(h, RTLD_DI_LINKMAP, &m) != 0)
+            m = NULL;
+    }
+    p = m ? lookup_in(m, "dlvsym") : NULL;
+    __atomic_store_n(&vgpu_front_real_dlvsym, p, __ATOMIC_RELEASE);
+    return p;
+}
+
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+
 HIDDEN void *vgpu_front_find_dlsym(void) {
     void *p = __atomic_load_n(&vgpu_front_real_dlsym, __ATOMIC_ACQUIRE);
     if (p)
         return p;
-    p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    dlvsym_fn v = (dlvsym_fn)vgpu_front_find_dlvsym();
+    if (!v)
+        return NULL;
+    /* Called from here, RTLD_NEXT is relative to this object: glibc's. */
+    p = v(RTLD_NEXT, "dlsym", "GLIBC_2.34");
     if (!p)
-        p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        p = v(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     __atomic_store_n(&vgpu_front_real_dlsym, p, __ATOMIC_RELEASE);
     return p;
 }
@@ -229,6 +339,8 @@ HIDDEN void *vgpu_front_resolve(unsigned i) {
     return t ? t : fail_of(i);
 }
 
+static void *route(const char *name, void *found);
+
 /* dlsym for every handle but RTLD_NEXT. */
 HIDDEN void *vgpu_front_dlsym(void *handle, const char *name) {
     dlsym_fn real = (dlsym_fn)vgpu_front_find_dlsym();
@@ -237,6 +349,27 @@ HIDDEN void *vgpu_front_dlsym(void *handle, const char *name) {
     void *found = real(handle, name);
     if (!found || !name)
         return found;
+    return route(name, found);
+}
+
+/* dlvsym for every handle but RTLD_NEXT: a versioned lookup of the lookup
+ * functions gets ours, of a driver name the same route as dlsym. */
+HIDDEN void *vgpu_front_dlvsym(void *handle, const char *name, const char *version) {
+    dlvsym_fn real = (dlvsym_fn)vgpu_front_find_dlvsym();
+    if (!real)
+        return NULL;
+    void *found = real(handle, name, version);
+    if (!found || !name)
+        return found;
+    return route(name, found);
+}
+
+/* What a lookup of `name` that found `found` hands out. */
+static void *route(const char *name, void *found) {
+    /* The lookup functions themselves, from any handle (libc's own
+     * included): ours, so that no lookup reaches past the hooks. */
+    if (name[0] == 'd' && (same(name, "dlsym") || same(name, "dlvsym")))
+        return same(name, "dlsym") ? (void *)dlsym_export : (void *)dlvsym_export;
     int cuda = name[0] == 'c' && name[1] == 'u';
     int nvml = name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l';
     if (!cuda && !nvml)

@@ -63,10 +63,13 @@ impl Proc {
             .collect();
         let missing = l.bind_ordinals(&uuids);
         if !missing.is_empty() {
-            crate::warn!(
-                "region {} does not describe CUDA device(s) {missing:?} (by UUID); they are not limited",
-                l.path
-            );
+            let limited = limits_source::snapshot().is_some_and(|s| s.any_limit());
+            if limited {
+                crate::error!(
+                    "region {} does not describe CUDA device(s) {missing:?} (by UUID); FAILING CLOSED on them: this process enforces their configured limits on a private ledger (not shared with the container's other processes)",
+                    l.path
+                );
+            }
         }
         apply_budgets(l, true);
     }
@@ -91,22 +94,22 @@ pub fn refresh_limits(l: &Ledger) {
     l.applied_generation.store(gen, Ordering::Release);
 }
 
-/// Sets every region device's budget from the current snapshot and says,
-/// as a warning, where the region's recorded limit disagrees with it.
+/// Sets every device's budget from the current snapshot (by the driver's
+/// UUID of the ordinal, never by what the tenant-writable region records)
+/// and says, as a warning, where the region's recorded limit disagrees.
 fn apply_budgets(l: &Ledger, warn: bool) {
     let Some(s) = limits_source::snapshot() else {
         return;
     };
-    for d in 0..l.device_count() {
-        let uuid = l.device_uuid(d);
-        let ord = l.ordinal_of(d);
-        let shown = l.display_limit(d);
-        let region = (l.private_cause.is_none()).then_some(shown);
-        let want = s.device(ord, &uuid, region);
-        l.set_budget(d, want.memory);
-        if warn && l.private_cause.is_none() && shown.memory != want.memory {
+    for t in l.targets() {
+        let region = t.shown.filter(|_| l.private_cause.is_none());
+        let want = s.device(t.ord, &t.uuid, region);
+        l.set_budget(t.loc, want.memory);
+        let Some(shown) = region else { continue };
+        if warn && shown.memory != want.memory {
             crate::warn!(
-                "device {uuid}: region {} records a memory limit of {}, this process enforces {} ({}); {}",
+                "device {}: region {} records a memory limit of {}, this process enforces {} ({}); {}",
+                t.uuid,
                 l.path,
                 show(shown.memory),
                 show(want.memory),
@@ -309,12 +312,10 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
         crate::debug!("attached to region {} slot {:?}", l.path, l.slot());
     }
     let sm_limited = match &ledger {
-        Some(l) => (0..l.device_count()).any(|d| {
-            limits
-                .device(l.ordinal_of(d), &l.device_uuid(d), Some(l.display_limit(d)))
-                .sm
-                .is_some()
-        }),
+        Some(l) => l
+            .targets()
+            .iter()
+            .any(|t| limits.device(t.ord, &t.uuid, t.shown).sm.is_some()),
         None => false,
     };
     let p = Proc {

@@ -205,6 +205,11 @@ impl Config {
                 }
                 "CUDA_VISIBLE_DEVICES" => self.visible = Some(v.to_string()),
                 vgpu_region::limits::PATH_ENV => self.limits_file = path(v),
+                // Test-only: where the operator's `/etc/vgpu/limits` is.
+                #[cfg(feature = "failpoints")]
+                "LIBVGPU_FAILPOINT_LIMITS_DEFAULT" if !v.is_empty() => {
+                    self.limits_default = PathBuf::from(v)
+                }
                 "LIBVGPU_CONTEXT_MEMORY" => match parse_mem_size(v) {
                     Ok(n) => self.context_memory = n,
                     Err(e) => self.bad(

@@ -82,9 +82,21 @@ pub struct Ledger {
     /// region's header at admission: a tenant writing the mapped header
     /// changes nothing that is enforced.
     budgets: Box<[AtomicU64]>,
-    /// CUDA ordinal -> region device, by UUID (set once the driver can
-    /// say; until then ordinal i is region device i).
-    ords: OnceLock<Box<[Option<u32>]>>,
+    /// What this process holds per region device, in its own memory: a
+    /// tenant zeroing this slot's counters in the shared file gets them
+    /// back at this process's next reservation, never a wider budget.
+    own: Box<[AtomicU64]>,
+    /// CUDA ordinal -> where it is charged, by UUID (set once the driver
+    /// can say; until then ordinal i is region device i).
+    ords: OnceLock<Box<[Option<Loc>]>>,
+    /// The driver's UUID of each CUDA ordinal (set with `ords`): budgets
+    /// are looked up by what the driver says, not by the region's record.
+    uuids: OnceLock<Box<[String]>>,
+    /// Devices this process sees that the region does not describe (a
+    /// first process with a narrower `CUDA_VISIBLE_DEVICES`, a header a
+    /// tenant rewrote): charged on a process-private ledger against the
+    /// configured limit, never unlimited.
+    side: OnceLock<Side>,
     /// The region limits generation the budgets were last computed at.
     pub applied_generation: AtomicU64,
     /// Set for a process-private ledger: why the shared region could not
@@ -92,11 +104,56 @@ pub struct Ledger {
     pub private_cause: Option<Unusable>,
 }
 
+/// Where one CUDA ordinal is charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loc {
+    /// Region device `n` of the shared region.
+    Shared(u32),
+    /// Device `n` of the side ledger.
+    Side(u32),
+    /// Not described and no side ledger could be made: nothing is admitted.
+    Closed,
+}
+
+/// The side ledger (see `Ledger::side`).
+struct Side {
+    region: Region,
+    slot: SlotId,
+    budgets: Box<[AtomicU64]>,
+    own: Box<[AtomicU64]>,
+    /// CUDA ordinal of each side device.
+    ords: Box<[u32]>,
+}
+
+/// One device whose budget the limits source sets (`Ledger::targets`).
+pub struct Target {
+    pub loc: Loc,
+    /// Its CUDA ordinal in this process (`None`: not visible here).
+    pub ord: Option<u32>,
+    /// The driver's UUID (the region's record before binding).
+    pub uuid: String,
+    /// The shared region's display copy (`None` for a side device).
+    pub shown: Option<DeviceLimit>,
+}
+
+/// One device of one region, resolved for a charge.
+struct At<'a> {
+    region: &'a Region,
+    slot: SlotId,
+    dev: u32,
+    budget: Option<&'a AtomicU64>,
+    own: Option<&'a AtomicU64>,
+}
+
 /// One device's limits for region creation.
 pub struct NewDevice {
     pub uuid: String,
     pub mem_limit: u64,
     pub sm_limit: u32,
+}
+
+fn zeros(n: u32) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
 }
 
 impl Ledger {
@@ -151,6 +208,8 @@ impl Ledger {
             path: path.clone(),
             source,
         })?;
+        // Until the limits source sets them: the display copy, at most
+        // (apply_budgets runs before the ledger is published).
         let budgets = (0..region.device_count())
             .map(|d| {
                 AtomicU64::new(encode_budget(
@@ -158,6 +217,7 @@ impl Ledger {
                 ))
             })
             .collect();
+        let own = zeros(region.device_count());
         Ok(Ledger {
             region,
             slot,
@@ -165,7 +225,10 @@ impl Ledger {
             mapped_ns,
             claimed_ns: vgpu_region::monotonic_ns(),
             budgets,
+            own,
             ords: OnceLock::new(),
+            uuids: OnceLock::new(),
+            side: OnceLock::new(),
             applied_generation: AtomicU64::new(u64::MAX),
             private_cause: None,
         })
@@ -190,29 +253,42 @@ impl Ledger {
         self.region.device_count()
     }
 
-    /// The region device CUDA ordinal `ord` is (by UUID once bound), or
-    /// `None` when the region does not describe it.
-    pub fn index(&self, ord: u32) -> Option<u32> {
+    /// Where CUDA ordinal `ord` is charged (`None`: nowhere, before the
+    /// ordinals are bound and past the region's devices).
+    pub fn loc(&self, ord: u32) -> Option<Loc> {
         match self.ords.get() {
             Some(m) => m.get(ord as usize).copied().flatten(),
-            None => (ord < self.device_count()).then_some(ord),
+            None => (ord < self.device_count()).then_some(Loc::Shared(ord)),
+        }
+    }
+
+    /// The shared region's device CUDA ordinal `ord` is (by UUID once
+    /// bound), or `None` when the region does not describe it.
+    pub fn index(&self, ord: u32) -> Option<u32> {
+        match self.loc(ord)? {
+            Loc::Shared(d) => Some(d),
+            _ => None,
         }
     }
 
     /// The CUDA ordinal of region device `idx` (`None`: not visible here).
     pub fn ordinal_of(&self, idx: u32) -> Option<u32> {
         match self.ords.get() {
-            Some(m) => m.iter().position(|&d| d == Some(idx)).map(|o| o as u32),
+            Some(m) => m
+                .iter()
+                .position(|&d| d == Some(Loc::Shared(idx)))
+                .map(|o| o as u32),
             None => Some(idx),
         }
     }
 
     /// Binds CUDA ordinals to region devices by the UUIDs the driver
     /// reports (`uuids[ordinal]`); once per ledger. Returns the ordinals
-    /// the region does not describe.
+    /// the region does not describe: those are charged on a side ledger
+    /// of this process (against the configured limit, see `targets`).
     pub fn bind_ordinals(&self, uuids: &[String]) -> Vec<u32> {
         let n = self.device_count();
-        let map: Box<[Option<u32>]> = uuids
+        let mut map: Vec<Option<Loc>> = uuids
             .iter()
             .enumerate()
             .map(|(o, u)| {
@@ -221,19 +297,65 @@ impl Ledger {
                     .flatten();
                 // A region device recorded without a UUID (its creator could
                 // not read one) is the ordinal of the same index.
-                by_uuid.or_else(|| {
-                    let o = o as u32;
-                    (o < n && self.region.device_uuid(o).is_empty()).then_some(o)
-                })
+                by_uuid
+                    .or_else(|| {
+                        let o = o as u32;
+                        (o < n && self.region.device_uuid(o).is_empty()).then_some(o)
+                    })
+                    .map(Loc::Shared)
             })
             .collect();
-        let missing = map
+        let missing: Vec<u32> = map
             .iter()
             .enumerate()
             .filter(|(_, d)| d.is_none())
             .map(|(o, _)| o as u32)
             .collect();
-        let _ = self.ords.set(map);
+        if !missing.is_empty() {
+            let devs = missing
+                .iter()
+                .map(|&o| NewDevice {
+                    uuid: uuids[o as usize].clone(),
+                    mem_limit: 0,
+                    sm_limit: 0,
+                })
+                .collect();
+            let side = Region::private(&create_options(16, devs)).and_then(|r| {
+                let slot = r.register()?;
+                Ok((r, slot))
+            });
+            match side {
+                Ok((region, slot)) => {
+                    let k = missing.len() as u32;
+                    // Nothing is admitted until the limits source sets the
+                    // side budgets (apply_budgets runs right after binding).
+                    let budgets = (0..k)
+                        .map(|_| AtomicU64::new(encode_budget(Some(0))))
+                        .collect();
+                    let _ = self.side.set(Side {
+                        region,
+                        slot,
+                        budgets,
+                        own: zeros(k),
+                        ords: missing.clone().into_boxed_slice(),
+                    });
+                    for (i, &o) in missing.iter().enumerate() {
+                        map[o as usize] = Some(Loc::Side(i as u32));
+                    }
+                }
+                Err(e) => {
+                    crate::error!(
+                        "no private ledger for CUDA device(s) {missing:?}: {}; nothing is admitted on them",
+                        crate::log::chain(&e)
+                    );
+                    for &o in &missing {
+                        map[o as usize] = Some(Loc::Closed);
+                    }
+                }
+            }
+        }
+        let _ = self.uuids.set(uuids.to_vec().into_boxed_slice());
+        let _ = self.ords.set(map.into_boxed_slice());
         missing
     }
 
@@ -251,23 +373,78 @@ impl Ledger {
         DeviceLimit::from_region(self.region.limits(idx))
     }
 
-    /// Sets the memory budget enforced on region device `idx`.
-    pub fn set_budget(&self, idx: u32, b: Option<u64>) {
-        if let Some(w) = self.budgets.get(idx as usize) {
+    /// Every device whose budget this process sets: the shared region's
+    /// (by the driver's UUID of the ordinal bound to it, once bound) and
+    /// the side ledger's.
+    pub fn targets(&self) -> Vec<Target> {
+        let driver_uuid = |o: Option<u32>| {
+            o.and_then(|o| self.uuids.get()?.get(o as usize).cloned())
+                .filter(|u| !u.is_empty())
+        };
+        let mut out: Vec<Target> = (0..self.device_count())
+            .map(|d| {
+                let ord = self.ordinal_of(d);
+                Target {
+                    loc: Loc::Shared(d),
+                    ord,
+                    uuid: driver_uuid(ord).unwrap_or_else(|| self.device_uuid(d)),
+                    shown: Some(self.display_limit(d)),
+                }
+            })
+            .collect();
+        if let Some(s) = self.side.get() {
+            out.extend(s.ords.iter().enumerate().map(|(i, &o)| Target {
+                loc: Loc::Side(i as u32),
+                ord: Some(o),
+                uuid: driver_uuid(Some(o)).unwrap_or_default(),
+                shown: None,
+            }));
+        }
+        out
+    }
+
+    /// Sets the memory budget enforced at `loc`.
+    pub fn set_budget(&self, loc: Loc, b: Option<u64>) {
+        let w = match loc {
+            Loc::Shared(d) => self.budgets.get(d as usize),
+            Loc::Side(d) => self.side.get().and_then(|s| s.budgets.get(d as usize)),
+            Loc::Closed => None,
+        };
+        if let Some(w) = w {
             w.store(encode_budget(b), Ordering::Release);
         }
     }
 
-    fn budget(&self, idx: u32) -> Option<u64> {
-        self.budgets
-            .get(idx as usize)
-            .and_then(|w| decode_budget(w.load(Ordering::Acquire)))
+    fn at(&self, loc: Loc) -> Option<At<'_>> {
+        match loc {
+            Loc::Shared(d) => Some(At {
+                region: &self.region,
+                slot: self.slot,
+                dev: d,
+                budget: self.budgets.get(d as usize),
+                own: self.own.get(d as usize),
+            }),
+            Loc::Side(d) => self.side.get().map(|s| At {
+                region: &s.region,
+                slot: s.slot,
+                dev: d,
+                budget: s.budgets.get(d as usize),
+                own: s.own.get(d as usize),
+            }),
+            Loc::Closed => None,
+        }
     }
 
     /// The memory budget enforced on CUDA ordinal `ord` (`None`: none;
     /// `Some(0)`: nothing is admitted).
     pub fn mem_limit(&self, ord: u32) -> Option<u64> {
-        self.budget(self.index(ord)?)
+        match self.loc(ord)? {
+            Loc::Closed => Some(0),
+            loc => self
+                .at(loc)?
+                .budget
+                .and_then(|w| decode_budget(w.load(Ordering::Acquire))),
+        }
     }
 
     /// The region's limits generation (moves at every `vgpu limit`).
@@ -281,16 +458,18 @@ impl Ledger {
     /// slots are reclaimed first (at most every `VIEW_RECLAIM_EVERY`, the
     /// pass costs a liveness check per claimed slot).
     pub fn used(&self, ord: u32) -> u64 {
-        let Some(dev) = self.index(ord) else {
+        let Some(at) = self.loc(ord).and_then(|l| self.at(l)) else {
             return 0;
         };
-        self.region.reclaim_dead_at_most_every(VIEW_RECLAIM_EVERY);
-        self.region.device_used(dev)
+        at.region.reclaim_dead_at_most_every(VIEW_RECLAIM_EVERY);
+        at.region.device_used(at.dev)
     }
 
     /// Charges `bytes` to this process on CUDA ordinal `ord` against its
-    /// budget; a device the region does not know is unlimited (nothing to
-    /// charge). A size no counter can hold is refused, never wrapped.
+    /// budget. A device the region does not describe is charged on the
+    /// side ledger against its configured limit; before the ordinals are
+    /// bound, an ordinal past the region's devices has nothing to charge.
+    /// A size no counter can hold is refused, never wrapped.
     pub fn reserve(&self, ord: u32, kind: Kind, bytes: u64) -> Result<(), OverLimit> {
         if bytes > vgpu_region::MAX_RESERVATION {
             return Err(OverLimit {
@@ -299,28 +478,57 @@ impl Ledger {
                 requested: bytes,
             });
         }
-        let Some(dev) = self.index(ord) else {
+        let Some(loc) = self.loc(ord) else {
             return Ok(());
         };
         if bytes == 0 {
             return Ok(());
         }
-        let limit = match self.budget(dev) {
+        let Some(at) = self.at(loc) else {
+            return Err(OverLimit {
+                limit: 0,
+                in_use: 0,
+                requested: bytes,
+            });
+        };
+        let limit = match at
+            .budget
+            .and_then(|w| decode_budget(w.load(Ordering::Acquire)))
+        {
             Some(0) => {
                 return Err(OverLimit {
                     limit: 0,
-                    in_use: self.region.device_used(dev),
+                    in_use: at.region.device_used(at.dev),
                     requested: bytes,
                 })
             }
             Some(n) => n,
             None => 0,
         };
-        match self
+        // What this process holds is in its own memory: a slot total below
+        // it was written down by someone else (a tenant zeroing the file's
+        // counters), and admitting against it would widen the budget.
+        let mine = at.own.map_or(0, |o| o.load(Ordering::Acquire));
+        if mine != 0 && at.region.slot_total(at.slot, at.dev) < mine {
+            let was = at.region.restore_total(at.slot, at.dev, mine);
+            if was < mine {
+                crate::error!(
+                    "region {}: this process's usage of device {} was written down from {mine} B to {was} B by someone else; restored (admission counts what this process holds)",
+                    self.path,
+                    at.dev
+                );
+            }
+        }
+        match at
             .region
-            .reserve_within(self.slot, dev, kind, bytes, limit)
+            .reserve_within(at.slot, at.dev, kind, bytes, limit)
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(o) = at.own {
+                    o.fetch_add(bytes, Ordering::AcqRel);
+                }
+                Ok(())
+            }
             Err(vgpu_region::AdmissionError::OverLimit {
                 limit,
                 in_use,
@@ -332,27 +540,49 @@ impl Ledger {
             }),
             Err(vgpu_region::AdmissionError::Unrepresentable { requested }) => Err(OverLimit {
                 limit,
-                in_use: self.region.device_used(dev),
+                in_use: at.region.device_used(at.dev),
                 requested,
             }),
-            Err(e) => {
-                crate::warn!("region refused a reservation on device {dev}: {e}; allowing it");
+            Err(e) if limit == 0 => {
+                crate::warn!(
+                    "region refused a reservation on device {}: {e}; no limit applies, allowing it",
+                    at.dev
+                );
                 Ok(())
+            }
+            Err(e) => {
+                crate::error!(
+                    "region refused a reservation on device {}: {e}; refusing it (a limit applies)",
+                    at.dev
+                );
+                Err(OverLimit {
+                    limit,
+                    in_use: 0,
+                    requested: bytes,
+                })
             }
         }
     }
 
     pub fn release(&self, ord: u32, kind: Kind, bytes: u64) {
-        let Some(dev) = self.index(ord) else {
+        let Some(at) = self.loc(ord).and_then(|l| self.at(l)) else {
             return;
         };
         if bytes == 0 {
             return;
         }
-        let r = self.region.release(self.slot, dev, kind, bytes);
+        // Our own record first, then the shared one: the slot's total never
+        // reads below what we record (the restore in `reserve` relies on it).
+        if let Some(o) = at.own {
+            let _ = o.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(bytes))
+            });
+        }
+        let r = at.region.release(at.slot, at.dev, kind, bytes);
         if r.clamped {
             crate::debug!(
-                "release of {bytes} B on device {dev} clamped to {}",
+                "release of {bytes} B on device {} clamped to {}",
+                at.dev,
                 r.released
             );
         }

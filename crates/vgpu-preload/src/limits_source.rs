@@ -117,8 +117,8 @@ impl Snapshot {
     ///   first process without a limit no longer leaves the container
     ///   unlimited for everyone after it);
     /// - failing closed: the last good file as above, else as if there
-    ///   were no file when the environment has a memory limit, else a
-    ///   zero memory budget (`Some(0)`: nothing is admitted).
+    ///   zero memory budget (`Some(0)`: nothing is admitted), whatever
+    ///   the environment says.
     pub fn device(&self, ord: Option<u32>, uuid: &str, region: Option<DeviceLimit>) -> DeviceLimit {
         let env = self.env.device(ord);
         let no_file = || {
@@ -133,10 +133,12 @@ impl Snapshot {
             (_, Some(f)) => limits::effective(Some(f.for_device(uuid)), env),
             (Origin::File(_), None) => limits::effective(Some(DeviceLimit::default()), env),
             (Origin::FailClosed { .. }, None) => {
-                // The environment's limit (lowered by the region's), else
-                // nothing: the region alone is never a limit source.
+                // No operator limit ever read: a zero memory budget. The
+                // environment is the tenant's and may only lower a limit,
+                // never stand in for the operator's (`1t` would be
+                // unlimited), nor may the region.
                 let mut d = no_file();
-                d.memory = env.memory.and(d.memory).or(Some(0));
+                d.memory = Some(0);
                 d
             }
         }
@@ -215,14 +217,33 @@ pub fn settled(region_generation: u64) -> bool {
     SOURCE.settled(region_generation)
 }
 
-/// The file to read for `cfg`: `/etc/vgpu/limits` when anything is there,
-/// else `LIBVGPU_LIMITS_FILE`.
-pub fn locate(cfg: &Config) -> Option<PathBuf> {
+/// The file to read for `cfg`: `/etc/vgpu/limits` when anything is there
+/// or when the deployment requires it (see [`required`]), else
+/// `LIBVGPU_LIMITS_FILE`. The flag says whether a missing file fails
+/// closed (the operator's) or means "the environment until it appears"
+/// (a file the process's own environment names).
+pub fn locate(cfg: &Config) -> Option<(PathBuf, bool)> {
+    if required(cfg) {
+        return Some((cfg.limits_default.clone(), true));
+    }
     limits::locate_with(
         &cfg.limits_default,
         cfg.limits_file.as_deref().map(|p| p.as_os_str()),
     )
-    .map(|(p, _)| p)
+    .map(|(p, src)| (p, src == limits::Source::Default))
+}
+
+/// Whether the deployment says a limits file must exist: the directory of
+/// the operator's path (`/etc/vgpu`, the node agent's read-only mount) is
+/// there. Then that file is the only source of limits: missing or unusable
+/// means the last good limits or a zero budget, and `LIBVGPU_LIMITS_FILE`
+/// (the tenant's own environment) is not consulted.
+pub fn required(cfg: &Config) -> bool {
+    cfg.limits_default
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .and_then(|d| std::fs::symlink_metadata(d).ok())
+        .is_some_and(|m| m.is_dir())
 }
 
 impl LimitsSource {
@@ -256,7 +277,9 @@ impl LimitsSource {
         self.seen.store(u64::MAX, Ordering::Release);
         let env = EnvLimits::from_config(cfg);
         let version = self.snapshot().map_or(1, |s| s.version + 1);
-        let path = locate(cfg);
+        let located = locate(cfg);
+        let operators = located.as_ref().is_some_and(|l| l.1);
+        let path = located.map(|l| l.0);
         let s = match path.as_ref().map(|p| (p, limits::read_limits_file(p))) {
             None => Snapshot {
                 origin: Origin::Env,
@@ -265,9 +288,10 @@ impl LimitsSource {
                 version,
                 path,
             },
-            // A named file that does not exist (yet): the environment, and
-            // the file once it appears.
-            Some((_, Err(e))) if e.is_not_found() => Snapshot {
+            // A file the environment names that does not exist (yet): the
+            // environment, and the file once it appears. (The operator's
+            // file missing where the deployment requires it fails closed.)
+            Some((_, Err(e))) if e.is_not_found() && !operators => Snapshot {
                 origin: Origin::Env,
                 file: None,
                 env,
@@ -390,10 +414,8 @@ impl Default for LimitsSource {
 fn fail_closed_line(path: &std::path::Path, e: &LimitsError, s: &Snapshot, live: bool) {
     let keeps = if s.file.is_some() {
         "keeping the last limits read from it"
-    } else if s.env.any() {
-        "enforcing the environment's limits (lowered by the region's)"
     } else {
-        "admitting no device memory (a zero budget)"
+        "admitting no device memory (a zero budget; the environment may lower a limit, never stand in for the operator's)"
     };
     crate::error!(
         "limits file {} {}: {}; failing closed: {keeps}, never unlimited",
@@ -416,7 +438,8 @@ mod tests {
 
     fn cfg(dir: &Path, file: Option<&Path>, vars: &[(&str, &str)]) -> Config {
         let mut c = Config::from_vars(vars.iter().copied());
-        c.limits_default = dir.join("no-default-here");
+        // A directory that is not there: no limits file is required.
+        c.limits_default = dir.join("no-etc-vgpu").join("limits");
         c.limits_file = file.map(Path::to_path_buf);
         c
     }
@@ -496,13 +519,12 @@ mod tests {
         assert!(matches!(s.origin, Origin::FailClosed { .. }));
         assert_eq!(s.device(Some(0), "GPU-a", None).memory, Some(0));
         assert!(s.any_limit());
-        // With an environment limit: that one.
-        let s = src.load(&cfg(
-            d.path(),
-            Some(&f),
-            &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")],
-        ));
-        assert_eq!(s.device(Some(0), "GPU-a", None).memory, Some(G));
+        // The environment does not stand in for the operator's file, not
+        // even a small limit (the tenant chooses it: `1t` is unlimited).
+        for v in ["1g", "1t"] {
+            let s = src.load(&cfg(d.path(), Some(&f), &[("CUDA_DEVICE_MEMORY_LIMIT", v)]));
+            assert_eq!(s.device(Some(0), "GPU-a", None).memory, Some(0), "{v}");
+        }
         // A FIFO is refused without blocking.
         let fifo = d.path().join("fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
@@ -579,6 +601,46 @@ mod tests {
         assert_eq!(
             src.snapshot().unwrap().device(None, "x", None).memory,
             Some(G / 2)
+        );
+    }
+
+    #[test]
+    fn where_the_operators_directory_exists_its_file_is_required() {
+        let d = tempfile::tempdir().unwrap();
+        let etc = d.path().join("etc-vgpu");
+        std::fs::create_dir(&etc).unwrap();
+        let own = d.path().join("own");
+        write(&own, "vgpu-limits 1\ndevice * memory=1099511627776\n");
+        let mut c = cfg(d.path(), Some(&own), &[("CUDA_DEVICE_MEMORY_LIMIT", "1t")]);
+        c.limits_default = etc.join("limits");
+        let src = LimitsSource::new();
+        // No file in it: neither the tenant's file nor its environment
+        // stands in; a zero budget.
+        let s = src.load(&c);
+        assert!(matches!(s.origin, Origin::FailClosed { .. }), "{s:?}");
+        assert_eq!(s.device(Some(0), "GPU-a", None).memory, Some(0));
+        // The operator writes it: it applies at the next re-read.
+        write(
+            &c.limits_default,
+            "vgpu-limits 1\ndevice * memory=1073741824\n",
+        );
+        assert!(src.refresh_if_changed(1));
+        assert_eq!(
+            src.snapshot()
+                .unwrap()
+                .device(Some(0), "GPU-a", None)
+                .memory,
+            Some(G)
+        );
+        // Removed again: the last good limits, never the environment's.
+        std::fs::remove_file(&c.limits_default).unwrap();
+        assert!(src.refresh_if_changed(2));
+        assert_eq!(
+            src.snapshot()
+                .unwrap()
+                .device(Some(0), "GPU-a", None)
+                .memory,
+            Some(G)
         );
     }
 

@@ -765,3 +765,230 @@ fn the_ledger_equals_what_the_simulated_driver_holds() {
         assert_eq!(r.device_used(0), 0, "seed {seed}: released at exit");
     }
 }
+
+// ------------------------------------------------- a hostile tenant (issue 18)
+
+/// Writes `bytes` at `off` into the region file, as a tenant writing the
+/// mapped file does (every process of the container may).
+fn tamper(cache: &Path, off: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(cache).unwrap();
+    f.write_all_at(bytes, off).unwrap();
+}
+
+/// Allocates `chunk` until refused (at most `max` times); the count granted.
+fn fill(c: &mut Client, chunk: u64, max: u32) -> u32 {
+    let mut n = 0;
+    while n < max && c.rc(&format!("alloc {chunk}")) == OK {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_rewritten_region_header_widens_no_limit() {
+    // Before: device_count = 0 (4 bytes) made every device "not described",
+    // hence unlimited: 8 of 8 x 4 GiB granted under 1 GiB and the view the
+    // whole physical GPU. A rewritten UUID did the same.
+    let limit = GIB;
+    for (what, off, bytes) in [
+        ("device_count = 0", 32u64, 0u32.to_ne_bytes().to_vec()),
+        ("device UUID rewritten", 0, b"GPU-not-this-one\0".to_vec()),
+    ] {
+        let s = sim(1);
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, file) = setup(dir.path(), &[limit]);
+        write_limits(&file, "vgpu-limits 1\ndevice * memory=1073741824\n");
+        let off = if off == 0 {
+            // The first device record's UUID.
+            std::mem::offset_of!(vgpu_region::layout::RawHeader, devices) as u64
+        } else {
+            off
+        };
+        tamper(&cache, off, &bytes);
+        let e = env(
+            &s,
+            Some(&cache),
+            &[
+                ("LIBVGPU_CONTEXT_MEMORY", "0"),
+                ("LIBVGPU_LIMITS_FILE", file.to_str().unwrap()),
+            ],
+        );
+        let mut c = Client::start(&e);
+        assert_eq!(c.rc("init"), OK);
+        assert_eq!(
+            c.info().1,
+            limit,
+            "{what}: the view is the configured limit"
+        );
+        assert_eq!(fill(&mut c, 4 * GIB, 8), 0, "{what}: 4 GiB under 1 GiB");
+        assert_eq!(fill(&mut c, 256 * MIB, 8), 4, "{what}: exactly the limit");
+        let stderr = c.quit();
+        assert!(stderr.contains("FAILING CLOSED"), "{what}: {stderr}");
+    }
+}
+
+#[test]
+fn a_narrower_first_process_leaves_no_device_unlimited() {
+    // Before: the first process ran with CUDA_VISIBLE_DEVICES=0, so the
+    // region it created describes GPU 0 only; a later process on GPU 1 ran
+    // unlimited there (3 GiB under 1 GiB), with or without a limits file.
+    for with_file in [false, true] {
+        let s = sim(2);
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("r.cache");
+        let file = dir.path().join("limits");
+        let mut extra = vec![
+            ("LIBVGPU_CONTEXT_MEMORY", "0".to_string()),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g".to_string()),
+        ];
+        if with_file {
+            write_limits(&file, "vgpu-limits 1\ndevice * memory=1073741824\n");
+            extra.push(("LIBVGPU_LIMITS_FILE", file.display().to_string()));
+        }
+        let extra: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut first_env = extra.clone();
+        first_env.push(("CUDA_VISIBLE_DEVICES", "0"));
+        let mut first = Client::start(&env(&s, Some(&cache), &first_env));
+        assert_eq!(first.rc("init"), OK);
+        let mut c = Client::start(&env(&s, Some(&cache), &extra));
+        assert_eq!(c.rc("init"), OK);
+        assert_eq!(c.rc("ctx 1"), OK);
+        assert_eq!(c.info().1, GIB, "file={with_file}: GPU 1's view");
+        assert_eq!(fill(&mut c, 512 * MIB, 6), 2, "file={with_file}: GPU 1");
+        // GPU 0 is still the shared budget.
+        assert_eq!(c.rc("ctx 0"), OK);
+        assert_eq!(first.rc(&format!("alloc {}", 768 * MIB)), OK);
+        assert_eq!(c.rc(&format!("alloc {}", 512 * MIB)), OOM);
+        c.quit();
+        first.quit();
+    }
+}
+
+#[test]
+fn an_unusable_operators_file_is_never_replaced_by_the_tenants_environment() {
+    // Before: with the operator's file unusable the tenant's own
+    // CUDA_DEVICE_MEMORY_LIMIT applied (`1t`: effectively unlimited), and
+    // an existing /etc/vgpu with no file in it ran unlimited.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let etc = dir.path().join("etc-vgpu");
+    std::fs::create_dir(&etc).unwrap();
+    let default = etc.join("limits");
+    let own = dir.path().join("own-limits");
+    write_limits(&own, "vgpu-limits 1\ndevice * memory=1099511627776\n");
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1t"),
+            ("LIBVGPU_LIMITS_FILE", own.to_str().unwrap()),
+            (
+                "LIBVGPU_FAILPOINT_LIMITS_DEFAULT",
+                default.to_str().unwrap(),
+            ),
+        ],
+    );
+    for (what, content) in [("missing", None), ("unusable", Some("vgpu-limits 9\n"))] {
+        if let Some(t) = content {
+            write_limits(&default, t);
+        }
+        let mut c = Client::start(&e);
+        assert_eq!(c.rc("init"), OK);
+        assert_eq!(c.rc("alloc 1"), OOM, "{what}: a zero budget");
+        assert_eq!(c.info(), (0, 0), "{what}");
+        let stderr = c.quit();
+        assert!(stderr.contains("zero budget"), "{what}: {stderr}");
+    }
+    // The operator writes a good file: it applies, the env only lowers it.
+    write_limits(&default, "vgpu-limits 1\ndevice * memory=1073741824\n");
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    assert_eq!(c.info().1, GIB);
+    c.quit();
+}
+
+#[test]
+fn a_tenant_zeroing_its_slot_counters_is_admitted_against_what_it_holds() {
+    // Before: the tenant held 1 GiB (its whole budget), zeroed its slot's
+    // counters in the mapped file, and was granted 512 MiB more (1.5 GiB
+    // under 1 GiB).
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, file) = setup(dir.path(), &[GIB]);
+    write_limits(&file, "vgpu-limits 1\ndevice * memory=1073741824\n");
+    let e = env(
+        &s,
+        Some(&cache),
+        &[
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+            ("LIBVGPU_LIMITS_FILE", file.to_str().unwrap()),
+        ],
+    );
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    assert_eq!(c.rc(&format!("alloc {GIB}")), OK);
+    let slots = 64; // region_at's
+    let off = vgpu_region::layout::totals_offset(slots);
+    let len = vgpu_region::layout::totals_len(slots) as usize;
+    tamper(&cache, off, &vec![0u8; len]);
+    assert_eq!(
+        c.rc(&format!("alloc {}", 512 * MIB)),
+        OOM,
+        "1.5 GiB under 1 GiB"
+    );
+    assert_eq!(c.rc("free"), OK);
+    assert_eq!(
+        c.rc(&format!("alloc {GIB}")),
+        OK,
+        "and the budget is whole again"
+    );
+    let stderr = c.quit();
+    assert!(stderr.contains("written down"), "{stderr}");
+}
+
+#[test]
+fn no_lookup_function_reaches_past_the_hooks() {
+    // Before: dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34") handed out
+    // glibc's own dlsym, and through it cuMemAlloc_v2 unhooked: 8 of 8 x
+    // 256 MiB granted under 1 GiB. After: 4 on every route.
+    let s = sim(1);
+    let e = env(
+        &s,
+        None,
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = e;
+    e.push((
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE".into(),
+        dir.path().join("r.cache").display().to_string(),
+    ));
+    let out = run(&c_program("dlvsym"), &[], &e);
+    let f = facts(&out);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        f.get("dlsym_is_ours").map(String::as_str),
+        Some("1"),
+        "{f:?}"
+    );
+    for route in [
+        "dlvsym_default_2_34",
+        "dlvsym_default_2_2_5",
+        "dlvsym_libc",
+        "dlsym_libc",
+        "dlvsym_libc_dlvsym",
+        "direct",
+    ] {
+        assert_eq!(num(&f, route), 4, "{route}: {f:?}");
+    }
+    // A driver name by version: routed when the driver's symbols are
+    // unversioned (glibc then answers any version), absent otherwise.
+    let by_version = f.get("dlvsym_driver_name").map(String::as_str);
+    assert!(matches!(by_version, Some("4" | "missing")), "{f:?}");
+}

@@ -1043,6 +1043,35 @@ impl Region {
         core::release(&self.view(), idx, d, kind, bytes, &StepEnv(&self.plan))
     }
 
+    /// `slot`'s admission total on `dev` (0 out of range): what the
+    /// admission sum counts for it.
+    pub fn slot_total(&self, slot: SlotId, dev: u32) -> u64 {
+        match (
+            self.check_slot(slot),
+            core::check_dev(dev, self.device_count),
+        ) {
+            (Ok(idx), Ok(d)) => self.view().total(d, idx).load(SeqCst),
+            _ => 0,
+        }
+    }
+
+    /// Raises `slot`'s admission total on `dev` back to at least
+    /// `at_least` (what the owner knows it holds, from its own memory) and
+    /// returns what it was: every process of the container can write the
+    /// mapped file, and one that zeroed the counters must not be admitted
+    /// against them. Never lowers a total; nothing on a read-only mapping.
+    pub fn restore_total(&self, slot: SlotId, dev: u32, at_least: u64) -> u64 {
+        match (
+            self.check_slot(slot),
+            core::check_dev(dev, self.device_count),
+        ) {
+            (Ok(idx), Ok(d)) if self.writable => {
+                self.view().total(d, idx).fetch_max(at_least, SeqCst)
+            }
+            _ => 0,
+        }
+    }
+
     /// Devices configured.
     pub fn device_count(&self) -> u32 {
         self.device_count

@@ -141,7 +141,7 @@ mod tests {
         assert_eq!(drv.count("cuCtxGetDevice"), 0);
         // A zero budget (failing closed with nothing to go on): a 0-byte GPU.
         let l = Ledger::private(dev(0), vgpu_region::Unusable::Corrupt).unwrap();
-        l.set_budget(0, Some(0));
+        l.set_budget(crate::ledger::Loc::Shared(0), Some(0));
         assert!(l.reserve(0, DATA, 1).is_err());
         let p = proc_with(Some(l), &[], 1);
         assert_eq!(mem_info(&p, &drv, 80 * G, 80 * G), Some((0, 0)));
