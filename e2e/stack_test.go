@@ -118,6 +118,9 @@ func startStack(t *testing.T, devices int, extraAgentArgs ...string) *stack {
 	if t.Failed() {
 		t.FailNow()
 	}
+	// Cleanups run last-first: the processes stop before the objects they
+	// need (RBAC) are deleted, so teardown logs no refusals.
+	t.Cleanup(s.stopProcs)
 
 	// TLS: the Secret the chart generated, as the pod would mount it.
 	sec := find(s.objs, "Secret", "vgpu-vgpu-scheduler-tls")
@@ -313,10 +316,14 @@ func (s *stack) waitAllocatable(n int) {
 	}
 }
 
-func (s *stack) stop() {
+func (s *stack) stopProcs() {
 	for _, p := range []*proc{s.agent, s.dm, s.ks, s.sched} {
 		p.stop()
 	}
+}
+
+func (s *stack) stop() {
+	s.stopProcs()
 	if s.simDir != "" {
 		_, _ = run("env", "VGPU_SIM_DIR="+s.simDir, cargoBin("vgpu"), "sim", "stop")
 	}

@@ -68,9 +68,21 @@ fn look(proc_root: &Path, pid: u32) -> Seen {
     let ns = std::fs::read_link(dir.join("ns/pid"))
         .ok()
         .and_then(|l| procfs::parse_ns_link(&l.to_string_lossy()));
-    let ns_pid = std::fs::read_to_string(dir.join("status"))
-        .ok()
-        .and_then(|s| procfs::parse_ns_pid(&s));
+    let status = std::fs::read_to_string(dir.join("status")).ok();
+    let ns_pid = status.as_deref().and_then(procfs::parse_ns_pid);
+    // A namespace link we may not read (a process of another user without
+    // ptrace rights over it): one NSpid field means the process is in the
+    // PID namespace of this procfs itself.
+    let ns = ns.or_else(|| {
+        let one = status.as_deref().is_some_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .is_some_and(|v| v.split_ascii_whitespace().count() == 1)
+        });
+        one.then(|| std::fs::read_link(proc_root.join("self/ns/pid")).ok())
+            .flatten()
+            .and_then(|l| procfs::parse_ns_link(&l.to_string_lossy()))
+    });
     match (stat.is_ok(), ns, ns_pid) {
         (true, Some(ns), Some(ns_pid)) => Seen::Live { ns, ns_pid },
         (true, None, Some(ns_pid)) if std::fs::symlink_metadata(&dir).is_ok() => {
@@ -664,7 +676,7 @@ mod tests {
         assert!(!live.owner_dead(&o));
         // Its status readable but not its namespace: it may be any slot's
         // owner with its PID, and only those.
-        std::fs::write(root.join("4242/status"), "Name:\tx\nNSpid:\t4242\n").unwrap();
+        std::fs::write(root.join("4242/status"), "Name:\tx\nNSpid:\t9\t4242\n").unwrap();
         let live = LiveProcesses::scan(root);
         assert!(!live.owner_dead(&o));
         assert!(live.owner_dead(&vgpu_region::SlotOwner { pid: 7, ..o }));

@@ -29,8 +29,12 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <stddef.h>
 #include <unistd.h>
 
@@ -97,7 +101,8 @@ __asm__(".text\n"
  * reads its return address); everything else through vgpu_front_dlsym. */
 __asm__(".text\n"
         ".globl dlsym\n.type dlsym,@function\n"
-        "dlsym:\n"
+        ".hidden vgpu_front_dlsym_self\n"
+        "dlsym:\nvgpu_front_dlsym_self:\n"
         "  cmpq $-1, %rdi\n"
         "  jne 2f\n"
         "  movq vgpu_front_real_dlsym(%rip), %rax\n"
@@ -120,7 +125,8 @@ __asm__(".text\n"
 /* dlvsym: the same shape; RTLD_NEXT keeps the caller's frame. */
 __asm__(".text\n"
         ".globl dlvsym\n.type dlvsym,@function\n"
-        "dlvsym:\n"
+        ".hidden vgpu_front_dlvsym_self\n"
+        "dlvsym:\nvgpu_front_dlvsym_self:\n"
         "  cmpq $-1, %rdi\n"
         "  jne 2f\n"
         "  movq vgpu_front_real_dlvsym(%rip), %rax\n"
@@ -139,8 +145,9 @@ __asm__(".text\n"
         "2:\n"
         "  jmp vgpu_front_dlvsym\n"
         ".size dlvsym, .-dlvsym\n");
-extern void *dlsym_export(void *, const char *) __asm__("dlsym");
-extern void *dlvsym_export(void *, const char *, const char *) __asm__("dlvsym");
+/* Hidden names of the two exports: their addresses need no relocation. */
+extern void *dlsym_export(void *, const char *) __asm__("vgpu_front_dlsym_self") HIDDEN;
+extern void *dlvsym_export(void *, const char *, const char *) __asm__("vgpu_front_dlvsym_self") HIDDEN;
 
 typedef void *(*dlsym_fn)(void *, const char *);
 typedef const void *const *(*bind_fn)(unsigned, const char *const *, void *const *, size_t, void *);
@@ -215,14 +222,11 @@ HIDDEN void *vgpu_front_find_dlvsym(void) {
     void *p = __atomic_load_n(&vgpu_front_real_dlvsym, __ATOMIC_ACQUIRE);
     if (p)
         return p;
-    /* libc is the object that defines write(2) for us. */
-    Dl_info info;
+    /* glibc's soname (no address taken: nothing to relocate at load). */
     struct link_map *m = NULL;
-    if (dladdr((void *)write, &info) && info.dli_fname) {
-        void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-        if (h && dlinfo(h, RTLD_DI_LINKMAP, &m) != 0)
-            m = NULL;
-    }
+    void *h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    if (h && dlinfo(h, RTLD_DI_LINKMAP, &m) != 0)
+        m = NULL;
     p = m ? lookup_in(m, "dlvsym") : NULL;
     __atomic_store_n(&vgpu_front_real_dlvsym, p, __ATOMIC_RELEASE);
     return p;
@@ -282,25 +286,81 @@ static void *fail_of(unsigned i) {
     return libs[i] == 'n' ? (void *)fail_nvml : (void *)fail_cuda;
 }
 
+/* `dir_of(file)/libvgpu_core.so` into `path`; 0 when it does not fit. */
+static int core_beside(const char *file, char *path, size_t size) {
+    size_t n = len(file), cut = 0;
+    for (size_t i = 0; i < n; i++)
+        if (file[i] == '/')
+            cut = i + 1;
+    const char *core_name = "libvgpu_core.so";
+    size_t m = len(core_name);
+    if (cut + m >= size)
+        return 0;
+    for (size_t i = 0; i < cut; i++)
+        path[i] = file[i];
+    for (size_t i = 0; i <= m; i++)
+        path[cut + i] = core_name[i];
+    return 1;
+}
+
+/* NULL when `path` is a whole ELF object (every segment's bytes are in
+ * the file), else why not. dlopen maps a truncated object and the first
+ * touch of a page past its end is SIGBUS, in whatever process called
+ * CUDA or NVML first: refuse it here instead. */
+static const char *whole_elf(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return "cannot open libvgpu_core.so";
+    struct stat st;
+    ElfW(Ehdr) eh;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        why = "libvgpu_core.so is not a regular file";
+    else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || eh.e_ident[0] != 0x7f ||
+             eh.e_ident[1] != 'E' || eh.e_ident[2] != 'L' || eh.e_ident[3] != 'F' ||
+             eh.e_phentsize != sizeof(ElfW(Phdr)))
+        why = "libvgpu_core.so is not an ELF object (truncated or corrupt)";
+    else {
+        for (unsigned i = 0; i < eh.e_phnum && !why; i++) {
+            ElfW(Phdr) ph;
+            off_t at = (off_t)eh.e_phoff + (off_t)i * (off_t)sizeof ph;
+            if (pread(fd, &ph, sizeof ph, at) != (ssize_t)sizeof ph)
+                why = "libvgpu_core.so is truncated (program headers)";
+            else if (ph.p_type == PT_LOAD && ph.p_offset + ph.p_filesz > (ElfW(Off))st.st_size)
+                why = "libvgpu_core.so is truncated (a segment ends past the end of the file)";
+        }
+        if (!why && (ElfW(Off))st.st_size < eh.e_shoff)
+            why = "libvgpu_core.so is truncated";
+    }
+    close(fd);
+    return why;
+}
+
 static void load_core(void) {
     dlsym_fn real = (dlsym_fn)vgpu_front_find_dlsym();
     Dl_info info;
     char path[4096];
     const char *why = "cannot find libvgpu.so's own path";
     if (real && dladdr((void *)load_core, &info) && info.dli_fname) {
-        size_t n = len(info.dli_fname), cut = 0;
-        for (size_t i = 0; i < n; i++)
-            if (info.dli_fname[i] == '/')
-                cut = i + 1;
-        const char *core_name = "libvgpu_core.so";
-        size_t m = len(core_name);
-        if (cut + m < sizeof path) {
-            for (size_t i = 0; i < cut; i++)
-                path[i] = info.dli_fname[i];
-            for (size_t i = 0; i <= m; i++)
-                path[cut + i] = core_name[i];
-            core = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-            why = core ? NULL : dlerror();
+        /* Beside the path we were loaded by, else beside the file itself
+         * (`vgpu run` preloads a symlink when the real path has a space). */
+        int found = core_beside(info.dli_fname, path, sizeof path) && access(path, F_OK) == 0;
+        char *real_path = found ? NULL : realpath(info.dli_fname, NULL);
+        if (real_path) {
+            char again[4096];
+            if (core_beside(real_path, again, sizeof again) && access(again, F_OK) == 0) {
+                for (size_t i = 0; i <= len(again); i++)
+                    path[i] = again[i];
+                found = 1;
+            }
+            free(real_path);
+        }
+        if (found || core_beside(info.dli_fname, path, sizeof path)) {
+            why = whole_elf(path);
+            if (!why) {
+                core = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+                why = core ? NULL : dlerror();
+            }
         }
     }
     const void *const *impl = NULL;

@@ -125,3 +125,78 @@ fn without_the_core_every_hooked_call_fails_with_one_line() {
     let f = facts(&out);
     assert_eq!(f.get("thread_rc").map(String::as_str), Some("12"), "{f:?}");
 }
+
+#[test]
+fn a_truncated_core_fails_closed_with_one_line_not_sigbus() {
+    // Before: dlopen mapped the truncated file and the first CUDA or NVML
+    // call died of SIGBUS (exit 135).
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let front = dir.path().join("libvgpu.so");
+    std::fs::copy(libvgpu(), &front).unwrap();
+    let bytes = std::fs::read(core()).unwrap();
+    std::fs::write(
+        dir.path().join("libvgpu_core.so"),
+        &bytes[..bytes.len() / 2],
+    )
+    .unwrap();
+    let cache = dir.path().join("r.cache");
+    let mut env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+    for (k, v) in env.iter_mut() {
+        if k == "LD_PRELOAD" {
+            *v = front.display().to_string();
+        }
+    }
+    let out = run(&c_program("fork_hold"), &["0"], &env);
+    let f = facts(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        f.get("rc").map(String::as_str),
+        Some("303"),
+        "{:?} {f:?} {err}",
+        out.status
+    );
+    assert_eq!(
+        err.matches("cannot load the interposer").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("truncated"), "{err}");
+    let out = run(&c_program("fork_nvml"), &["0"], &env);
+    let f = facts(&out);
+    assert_eq!(
+        f.get("thread_rc").map(String::as_str),
+        Some("12"),
+        "{:?} {f:?}",
+        out.status
+    );
+}
+
+#[test]
+fn the_core_is_found_beside_the_real_file_of_a_symlinked_front() {
+    // `vgpu run --lib "<dir with a space>/libvgpu.so"` preloads a symlink
+    // in a clean directory; before, the front looked for the core beside
+    // the symlink and every CUDA call failed (303).
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let spaced = dir.path().join("with space");
+    std::fs::create_dir(&spaced).unwrap();
+    std::fs::copy(libvgpu(), spaced.join("libvgpu.so")).unwrap();
+    std::fs::copy(core(), spaced.join("libvgpu_core.so")).unwrap();
+    let clean = dir.path().join("clean");
+    std::fs::create_dir(&clean).unwrap();
+    let link = clean.join("libvgpu.so");
+    std::os::unix::fs::symlink(spaced.join("libvgpu.so"), &link).unwrap();
+    let cache = dir.path().join("r.cache");
+    let mut env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+    for (k, v) in env.iter_mut() {
+        if k == "LD_PRELOAD" {
+            *v = link.display().to_string();
+        }
+    }
+    let out = run(&c_program("fork_hold"), &["0"], &env);
+    let f = facts(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(f.get("rc").map(String::as_str), Some("0"), "{f:?} {err}");
+    assert!(!err.contains("cannot load the interposer"), "{err}");
+}
