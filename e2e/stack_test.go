@@ -147,9 +147,9 @@ func startStack(t *testing.T, devices int, extraAgentArgs ...string) *stack {
 	args := withFlags(stringsOf(vs["args"]), map[string]string{
 		// Loopback only here; the chart binds all addresses (the API
 		// server reaches the webhook through the Service).
-		"--http-bind":            fmt.Sprintf("127.0.0.1:%d", port),
-		"--cert-file":            filepath.Join(tlsDir, "tls.crt"),
-		"--key-file":             filepath.Join(tlsDir, "tls.key"),
+		"--http_bind":            fmt.Sprintf("127.0.0.1:%d", port),
+		"--cert_file":            filepath.Join(tlsDir, "tls.crt"),
+		"--key_file":             filepath.Join(tlsDir, "tls.key"),
 		"--metrics-bind-address": fmt.Sprintf("127.0.0.1:%d", mport),
 	})
 	var err error

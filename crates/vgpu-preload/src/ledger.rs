@@ -85,7 +85,7 @@ pub struct Ledger {
     /// What this process holds per region device, in its own memory: a
     /// tenant zeroing this slot's counters in the shared file gets them
     /// back at this process's next reservation, never a wider budget.
-    own: Box<[AtomicU64]>,
+    own: Box<[Own]>,
     /// CUDA ordinal -> where it is charged, by UUID (set once the driver
     /// can say; until then ordinal i is region device i).
     ords: OnceLock<Box<[Option<Loc>]>>,
@@ -120,7 +120,7 @@ struct Side {
     region: Region,
     slot: SlotId,
     budgets: Box<[AtomicU64]>,
-    own: Box<[AtomicU64]>,
+    own: Box<[Own]>,
     /// CUDA ordinal of each side device.
     ords: Box<[u32]>,
 }
@@ -142,7 +142,7 @@ struct At<'a> {
     slot: SlotId,
     dev: u32,
     budget: Option<&'a AtomicU64>,
-    own: Option<&'a AtomicU64>,
+    own: Option<&'a Own>,
 }
 
 /// One device's limits for region creation.
@@ -152,8 +152,41 @@ pub struct NewDevice {
     pub sm_limit: u32,
 }
 
-fn zeros(n: u32) -> Box<[AtomicU64]> {
-    (0..n).map(|_| AtomicU64::new(0)).collect()
+fn zeros(n: u32) -> Box<[Own]> {
+    (0..n).map(|_| Own::default()).collect()
+}
+
+/// What this process holds on one device, and how many of its threads are
+/// changing that (with the slot's total) right now: the two totals are
+/// compared only at a moment when none is, so a free racing the check is
+/// never taken for a tenant's write.
+#[derive(Default)]
+struct Own {
+    bytes: AtomicU64,
+    begun: AtomicU64,
+    ended: AtomicU64,
+}
+
+impl Own {
+    /// `(mine, slot total)` read while no reserve or release of this
+    /// process was under way on this device; `None` when one was.
+    fn quiet_snapshot(&self, slot_total: impl Fn() -> u64) -> Option<(u64, u64)> {
+        let b = self.begun.load(Ordering::SeqCst);
+        if self.ended.load(Ordering::SeqCst) != b {
+            return None;
+        }
+        let mine = self.bytes.load(Ordering::SeqCst);
+        let total = slot_total();
+        (self.begun.load(Ordering::SeqCst) == b).then_some((mine, total))
+    }
+
+    fn begin(&self) {
+        self.begun.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn end(&self) {
+        self.ended.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl Ledger {
@@ -508,10 +541,15 @@ impl Ledger {
         // What this process holds is in its own memory: a slot total below
         // it was written down by someone else (a tenant zeroing the file's
         // counters), and admitting against it would widen the budget.
-        let mine = at.own.map_or(0, |o| o.load(Ordering::Acquire));
-        if mine != 0 && at.region.slot_total(at.slot, at.dev) < mine {
-            let was = at.region.restore_total(at.slot, at.dev, mine);
-            if was < mine {
+        // The pair is read while none of this process's threads is moving
+        // either, and the total is put back only if it has not moved since:
+        // a concurrent free is never undone.
+        if let Some((mine, was)) = at
+            .own
+            .and_then(|o| o.quiet_snapshot(|| at.region.slot_total(at.slot, at.dev)))
+            .filter(|&(mine, was)| was < mine)
+        {
+            if at.region.restore_total(at.slot, at.dev, was, mine) {
                 crate::error!(
                     "region {}: this process's usage of device {} was written down from {mine} B to {was} B by someone else; restored (admission counts what this process holds)",
                     self.path,
@@ -519,16 +557,20 @@ impl Ledger {
                 );
             }
         }
-        match at
+        if let Some(o) = at.own {
+            o.begin();
+        }
+        let r = at
             .region
-            .reserve_within(at.slot, at.dev, kind, bytes, limit)
-        {
-            Ok(()) => {
-                if let Some(o) = at.own {
-                    o.fetch_add(bytes, Ordering::AcqRel);
-                }
-                Ok(())
+            .reserve_within(at.slot, at.dev, kind, bytes, limit);
+        if let Some(o) = at.own {
+            if r.is_ok() {
+                o.bytes.fetch_add(bytes, Ordering::AcqRel);
             }
+            o.end();
+        }
+        match r {
+            Ok(()) => Ok(()),
             Err(vgpu_region::AdmissionError::OverLimit {
                 limit,
                 in_use,
@@ -574,11 +616,17 @@ impl Ledger {
         // Our own record first, then the shared one: the slot's total never
         // reads below what we record (the restore in `reserve` relies on it).
         if let Some(o) = at.own {
-            let _ = o.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                Some(v.saturating_sub(bytes))
-            });
+            o.begin();
+            let _ = o
+                .bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    Some(v.saturating_sub(bytes))
+                });
         }
         let r = at.region.release(at.slot, at.dev, kind, bytes);
+        if let Some(o) = at.own {
+            o.end();
+        }
         if r.clamped {
             crate::debug!(
                 "release of {bytes} B on device {} clamped to {}",

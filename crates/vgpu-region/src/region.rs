@@ -1055,20 +1055,24 @@ impl Region {
         }
     }
 
-    /// Raises `slot`'s admission total on `dev` back to at least
-    /// `at_least` (what the owner knows it holds, from its own memory) and
-    /// returns what it was: every process of the container can write the
+    /// Puts `slot`'s admission total on `dev` back from `seen` to `mine`
+    /// (what the owner knows it holds, from its own memory), only if it
+    /// still reads `seen`: every process of the container can write the
     /// mapped file, and one that zeroed the counters must not be admitted
-    /// against them. Never lowers a total; nothing on a read-only mapping.
-    pub fn restore_total(&self, slot: SlotId, dev: u32, at_least: u64) -> u64 {
+    /// against them, while a change made since the owner looked (its own
+    /// free) must not be undone. True when it was put back; nothing on a
+    /// read-only mapping.
+    pub fn restore_total(&self, slot: SlotId, dev: u32, seen: u64, mine: u64) -> bool {
         match (
             self.check_slot(slot),
             core::check_dev(dev, self.device_count),
         ) {
-            (Ok(idx), Ok(d)) if self.writable => {
-                self.view().total(d, idx).fetch_max(at_least, SeqCst)
-            }
-            _ => 0,
+            (Ok(idx), Ok(d)) if self.writable && seen < mine => self
+                .view()
+                .total(d, idx)
+                .compare_exchange(seen, mine, SeqCst, SeqCst)
+                .is_ok(),
+            _ => false,
         }
     }
 
