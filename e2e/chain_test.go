@@ -361,6 +361,47 @@ func TestChainOnePod(t *testing.T) {
 		t.Errorf("scheduler hami_vgpu_memory_allocated_bytes %v %v", v, ok)
 	}
 	_, _ = io.WriteString(w.stdin, "\n")
+
+	// The SM half: the same container env holds a kernel loop to the
+	// assigned 30 % of the device, against the same loop with no limit
+	// (no interposer) measured in this test.
+	var free []string
+	for _, kv := range workerEnv(t, o) {
+		if !strings.HasPrefix(kv, "LD_PRELOAD=") && !strings.HasPrefix(kv, "CUDA_DEVICE_SM_LIMIT") {
+			free = append(free, kv)
+		}
+	}
+	const windowMs = 6000
+	base := throughput(t, s, free, windowMs)
+	limited := throughput(t, s, workerEnv(t, o), windowMs)
+	share := 100 * limited / base
+	t.Logf("SM share: %.1f %% of the device (%.0f kernels/s limited, %.0f free, %d ms each); assigned 30 %%", share, limited, base, windowMs)
+	// The band of the Rust chain test: measured on a loaded 2-core machine.
+	if share < 15 || share > 45 {
+		t.Errorf("achieved %.1f %% of the device; assigned 30 %%", share)
+	}
+}
+
+// throughput is the kernels per second of wall time (the final drain
+// included) of vgpu-sim-probe launching back-to-back 2-wave kernels for
+// ms milliseconds with env.
+func throughput(t *testing.T, s *stack, env []string, ms int) float64 {
+	t.Helper()
+	w := startWorker(t, s, env, "init", "ctx", "0", "ready", "launch", "200", "264", strconv.Itoa(ms), "ready", "wait")
+	w.expect(t, "ready", 60*time.Second)
+	t0 := time.Now()
+	w.expect(t, "ready", time.Duration(ms)*time.Millisecond+60*time.Second)
+	elapsed := time.Since(t0).Seconds()
+	_, _ = io.WriteString(w.stdin, "\n")
+	for _, l := range w.seen {
+		if n, ok := strings.CutPrefix(l, "launched "); ok {
+			v, err := strconv.ParseFloat(n, 64)
+			must(t, err)
+			return v / elapsed
+		}
+	}
+	t.Fatalf("no launch count: %q", w.seen)
+	return 0
 }
 
 // 20 pods of random sizes on a node of 2 GPUs: every bound pod admitted by

@@ -185,6 +185,43 @@ func TestChartCertManagerOption(t *testing.T) {
 	apply(t, core, true)
 }
 
+// `helm install` then `helm upgrade` against the real API server: the
+// upgrade keeps the webhook's generated CA and serving pair (a new CA on
+// every upgrade would break calls in flight and any copy of the bundle),
+// and the MutatingWebhookConfiguration's caBundle is the Secret's CA.
+func TestChartUpgradeKeepsTheWebhookCertificate(t *testing.T) {
+	const ns, release = "vgpu-upgrade", "up"
+	ensureNamespace(t, ns)
+	args := []string{release, chartDir(), "--namespace", ns, "--kubeconfig", cp.adminKC,
+		"--set", "scheduler.admissionWebhook.failurePolicy=Ignore"}
+	helm(t, append([]string{"install"}, args...)...)
+	t.Cleanup(func() { helm(t, "uninstall", release, "--namespace", ns, "--kubeconfig", cp.adminKC) })
+	ctx := context.Background()
+	secretName := release + "-vgpu-scheduler-tls"
+	read := func() (crt, ca []byte, bundle []byte) {
+		sec, err := cp.cs.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+		must(t, err)
+		mwc, err := cp.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, release+"-vgpu-scheduler-webhook", metav1.GetOptions{})
+		must(t, err)
+		if len(mwc.Webhooks) != 1 {
+			t.Fatalf("webhooks %d", len(mwc.Webhooks))
+		}
+		return sec.Data["tls.crt"], sec.Data["ca.crt"], mwc.Webhooks[0].ClientConfig.CABundle
+	}
+	crt1, ca1, bundle1 := read()
+	if len(crt1) == 0 || len(ca1) == 0 || !bytes.Equal(ca1, bundle1) {
+		t.Fatalf("after install: tls.crt %d B, ca.crt %d B, caBundle equal to ca.crt: %v", len(crt1), len(ca1), bytes.Equal(ca1, bundle1))
+	}
+	helm(t, append([]string{"upgrade"}, args...)...)
+	crt2, ca2, bundle2 := read()
+	if !bytes.Equal(crt1, crt2) || !bytes.Equal(ca1, ca2) {
+		t.Error("helm upgrade replaced the webhook's certificate or CA")
+	}
+	if !bytes.Equal(ca2, bundle2) {
+		t.Error("after upgrade the caBundle is not the Secret's CA")
+	}
+}
+
 // The chart's scheduler configuration is what the real kube-scheduler
 // loads (checked by the chain test running it); here: its extender agrees
 // with docs/scheduler.md (weight 10, HTTPS, prioritize).

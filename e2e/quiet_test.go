@@ -17,9 +17,9 @@ import (
 // audit log (every create/update/patch of nodes and nodes/status by its
 // ServiceAccount). The scheduler's handshake runs at the chart's period.
 //
-// Expected to fail until the node agent's Rust side of issue 17 lands: at
-// 1.37.2 it answers every `Requesting_` handshake with a patch (4 writes in
-// 60 s at the 15 s handshake period) although nothing changed.
+// Before the fix, at 1.37.2, the agent answered every `Requesting_`
+// handshake with a patch: 4 writes in 60 s at the 15 s handshake period
+// although nothing changed.
 func TestQuietAPIUnderSteadyLoad(t *testing.T) {
 	// The chart's register interval would hide a periodic writer behind
 	// 30 s; 1 s makes one show up.

@@ -57,6 +57,8 @@ pub struct NodeInventory {
     /// A GPU node whose handshake is not a standing request: the
     /// scheduler should write `Requesting_<now>` (HAMi's health timer).
     pub handshake_due: bool,
+    /// The handshake annotation as last seen, raw.
+    pub handshake: Option<String>,
 }
 
 impl GpuDevice {
@@ -155,6 +157,7 @@ impl NodeInventory {
             cordoned: parse_cordon(get(keys::DEVICE_CORDON)),
             health: node_health(handshake, allocatable, now, timeout),
             register_error,
+            handshake: handshake.map(str::to_owned),
         }
     }
 

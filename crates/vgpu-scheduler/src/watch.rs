@@ -75,29 +75,112 @@ pub async fn watch_pods(s: Arc<Scheduler>) {
     }
 }
 
+/// Which due nodes to ask again. The node cache can lag our own patch by
+/// more than a period; asking again while it still shows the value we
+/// answered would write the Node for nothing (HAMi's plugin never answers,
+/// so the request is meant to stand). A node is asked again only once the
+/// cache shows something other than what it showed when we wrote.
+#[derive(Debug, Default)]
+pub struct HandshakeRequests {
+    /// Node → the handshake value the cache showed when we wrote ours.
+    written: std::collections::HashMap<String, Option<String>>,
+}
+
+impl HandshakeRequests {
+    /// The nodes to write now, given (name, due, handshake seen) for every node.
+    pub fn due<'a>(
+        &mut self,
+        nodes: impl IntoIterator<Item = (&'a str, bool, Option<&'a str>)>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (name, due, handshake) in nodes {
+            seen.insert(name.to_owned());
+            if !due {
+                // Our request (or anything standing) reached the cache.
+                self.written.remove(name);
+                continue;
+            }
+            match self.written.get(name) {
+                Some(before) if before.as_deref() == handshake => {} // cache lags our write
+                _ => out.push(name.to_owned()),
+            }
+        }
+        self.written.retain(|n, _| seen.contains(n));
+        out
+    }
+
+    /// Records a successful write on `node` while the cache showed `before`.
+    pub fn wrote(&mut self, node: &str, before: Option<String>) {
+        self.written.insert(node.to_owned(), before);
+    }
+}
+
 /// Every `period`, writes `Requesting_<now>` on GPU nodes whose handshake
 /// is not a standing request: after `handshake_timeout` such a node is
 /// judged by its allocatable GPU count (HAMi v2.10's health rule).
 pub async fn write_handshakes(s: Arc<Scheduler>, period: Duration) {
     let nodes: Api<Node> = Api::all(s.client.clone());
+    let mut requests = HandshakeRequests::default();
     loop {
-        let due: Vec<String> = s
-            .read()
-            .nodes
-            .values()
-            .filter(|n| n.handshake_due)
-            .map(|n| n.name.clone())
-            .collect();
+        let (due, before): (Vec<String>, std::collections::HashMap<String, Option<String>>) = {
+            let st = s.read();
+            let due = requests.due(
+                st.nodes
+                    .values()
+                    .map(|n| (n.name.as_str(), n.handshake_due, n.handshake.as_deref())),
+            );
+            let before = due
+                .iter()
+                .filter_map(|d| st.nodes.get(d).map(|n| (d.clone(), n.handshake.clone())))
+                .collect();
+            (due, before)
+        };
         for name in due {
             let value = Handshake::requesting(local_now()).to_string();
             let patch = json!({"metadata": {"annotations": {keys::NODE_HANDSHAKE: value}}});
-            if let Err(e) = nodes
+            match nodes
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                tracing::warn!(node = %name, "writing the handshake: {e}");
+                Ok(_) => requests.wrote(&name, before.get(&name).cloned().flatten()),
+                Err(e) => tracing::warn!(node = %name, "writing the handshake: {e}"),
             }
         }
         tokio::time::sleep(period).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HandshakeRequests;
+
+    #[test]
+    fn a_lagging_cache_does_not_renew_the_request() {
+        let mut r = HandshakeRequests::default();
+        assert_eq!(r.due([("a", true, None)]), vec!["a".to_owned()]);
+        r.wrote("a", None);
+        // The cache still shows no handshake: our write is in flight.
+        assert!(r.due([("a", true, None)]).is_empty());
+        // Our request arrived: not due.
+        assert!(r.due([("a", false, Some("Requesting_x"))]).is_empty());
+        // Something else answered later (e.g. `Deleted_`): ask again.
+        assert_eq!(
+            r.due([("a", true, Some("Deleted_y"))]),
+            vec!["a".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_new_value_while_we_wait_is_asked_again_and_gone_nodes_are_forgotten() {
+        let mut r = HandshakeRequests::default();
+        r.wrote("a", None);
+        assert_eq!(
+            r.due([("a", true, Some("Deleted_y"))]),
+            vec!["a".to_owned()]
+        );
+        r.wrote("b", None);
+        assert!(r.due([("a", false, None)]).is_empty());
+        assert!(r.written.is_empty(), "{:?}", r.written);
     }
 }

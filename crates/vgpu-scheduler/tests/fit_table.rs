@@ -36,6 +36,7 @@ fn node(devices: Vec<GpuDevice>) -> NodeInventory {
         health: NodeHealth::Healthy,
         register_error: None,
         handshake_due: false,
+        handshake: None,
     }
 }
 
