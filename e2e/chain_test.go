@@ -601,6 +601,52 @@ func TestChainTwentyPodsAndKubeletRestart(t *testing.T) {
 	ledger(bound)
 }
 
+// The device-list strategies NVIDIA's plugin offers, through the real
+// device manager: its answer to the kubelet carries the CDI device names
+// (cdi-cri), the runtime annotation (cdi-annotations) and the
+// per-GPU mounts (volume-mounts) the agent returned.
+func TestChainDeviceListStrategies(t *testing.T) {
+	s := startStack(t, 1, "--device-list-strategy", "volume-mounts,cdi-annotations,cdi-cri")
+	ctx := context.Background()
+	p, err := cp.cs.CoreV1().Pods("default").Create(ctx, gpuPod("cdi-a", 1024, 0), metav1.CreateOptions{})
+	must(t, err)
+	p, a := waitBound(t, s, p.Name)
+	if a.Error != "" || len(a.Containers) != 1 || a.Containers[0].Options == nil {
+		t.Fatalf("device manager admission: %+v", a)
+	}
+	devs := parseDevices(t, p.Annotations["hami.io/vgpu-devices-allocated"])
+	uuid := devs[0][0].uuid
+	o := a.Containers[0].Options
+	var cdi []string
+	for _, d := range o.CDIDevices {
+		cdi = append(cdi, d.Name)
+	}
+	if want := []string{"nvidia.com/gpu=" + uuid}; !reflect.DeepEqual(cdi, want) {
+		t.Errorf("CDI devices %q, want %q", cdi, want)
+	}
+	var annotated bool
+	for _, an := range o.Annotations {
+		if strings.HasPrefix(an.Name, "cdi.k8s.io/") && an.Value == "nvidia.com/gpu="+uuid {
+			annotated = true
+		}
+	}
+	if !annotated {
+		t.Errorf("no CDI annotation naming %s: %+v", uuid, o.Annotations)
+	}
+	var mounted bool
+	for _, m := range o.Mounts {
+		if m.ContainerPath == "/var/run/nvidia-container-devices/"+uuid {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("no volume-mounts entry for %s: %+v", uuid, o.Mounts)
+	}
+	if e := envOf(o); e["NVIDIA_VISIBLE_DEVICES"] != "/var/run/nvidia-container-devices" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want the mount root (volume-mounts)", e["NVIDIA_VISIBLE_DEVICES"])
+	}
+}
+
 // canonical is an admission as sorted JSON: the device manager builds
 // envs and mounts from maps, so their order is not part of the answer.
 func canonical(a *admission) string {

@@ -96,8 +96,8 @@ struct RunArgs {
     /// Also export HAMi's pre-v2.9 metric names.
     #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true")]
     legacy_metrics: String,
-    /// Watchdog action for a container over its limit: report, or kill its
-    /// newest GPU process (and record an Event).
+    /// Watchdog action for a container over its limit: report (log, metric,
+    /// Event), or also kill the GPU process its ledger accounts least for.
     #[arg(long, default_value = "report")]
     enforce: String,
     /// Driver memory above the limit tolerated (bytes or 128m, 1GiB).
@@ -106,8 +106,8 @@ struct RunArgs {
     /// How long a container stays over before --enforce kill acts (30s, 1m).
     #[arg(long, default_value = "30s")]
     grace: String,
-    /// Watchdog period.
-    #[arg(long, default_value = "5s")]
+    /// Watchdog period (the detection latency: one period).
+    #[arg(long, default_value = "1s")]
     watchdog_interval: String,
     /// Cache GC: how long a gone pod's directories are kept.
     #[arg(long, default_value = "5m")]

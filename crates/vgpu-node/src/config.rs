@@ -15,8 +15,8 @@ use crate::layout::Layout;
 pub enum Enforce {
     /// Export metrics and log (default).
     Report,
-    /// Also SIGKILL the container's newest GPU process after the grace, and
-    /// record a Kubernetes Event.
+    /// Also SIGKILL the container's GPU process its ledger accounts least
+    /// for after the grace, and record a Kubernetes Event.
     Kill,
 }
 
@@ -193,7 +193,7 @@ impl NodeConfig {
             enforce: Enforce::Report,
             tolerance_bytes: 128 << 20,
             grace: Duration::from_secs(30),
-            watchdog_interval: Duration::from_secs(5),
+            watchdog_interval: Duration::from_secs(1),
             gc_grace: Duration::from_secs(300),
             gc_interval: Duration::from_secs(60),
             register_interval: Duration::from_secs(30),

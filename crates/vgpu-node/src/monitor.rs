@@ -139,6 +139,8 @@ pub fn assess(
 pub struct WatchdogStats {
     /// Processes killed.
     pub kills: AtomicU64,
+    /// (container, GPU) pairs that went over their limit.
+    pub detections: AtomicU64,
     /// Last cycle's duration, ns.
     pub cycle_ns: AtomicU64,
     /// Cycles run.
@@ -698,6 +700,18 @@ impl Monitor {
             vec![],
             self.watchdog
                 .kills
+                .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
+        let detections = gauge(
+            reg,
+            "vgpu_watchdog_detections",
+            "Times a container went over its device-memory limit (driver-reported)",
+        );
+        set(
+            &detections,
+            vec![],
+            self.watchdog
+                .detections
                 .load(std::sync::atomic::Ordering::Relaxed) as f64,
         );
         let cycle = gauge(

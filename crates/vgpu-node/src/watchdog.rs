@@ -2,11 +2,18 @@
 //! driver's truth (NVML per-process memory by host PID) to containers
 //! through cgroups — a process that bypassed the interposer is attributed
 //! all the same — and compares it with the container's limit (the limits
-//! file, else the region's copy) and ledger. Report only by default; with
-//! `--enforce kill`, a container over its limit beyond the tolerance for
-//! longer than the grace loses its newest process on that GPU (SIGKILL
-//! through a pidfd checked against the start time, so a reused PID is never
-//! hit), and the pod gets a Kubernetes Event. Nothing else is touched.
+//! file, else the region's copy) and ledger.
+//!
+//! Observe → decide → act: [`Watchdog::cycle`] observes (regions, NVML,
+//! procfs), [`decide`] is pure (what to report, whom to kill), and the
+//! cycle applies the kills; [`Watchdog::run`] posts the Events. When a
+//! container first goes over, it is reported (log line, metric, Event)
+//! with the process most likely at fault: the one whose driver memory its
+//! own slot accounts least for (a process without libvgpu.so, one that
+//! reached the driver past the hooks or zeroed its counters). With
+//! `--enforce kill`, a container still over after the grace loses that
+//! process (SIGKILL through a pidfd checked against the start time, so a
+//! reused PID is never hit). Nothing else is touched.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -34,6 +41,25 @@ pub struct Kill {
     pub limit: u64,
 }
 
+/// A (container, GPU) that went over its limit this cycle (it was not the
+/// cycle before).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detection {
+    /// Container key.
+    pub key: String,
+    /// GPU.
+    pub uuid: String,
+    /// Driver bytes of the container on that GPU.
+    pub driver: u64,
+    /// Its limit.
+    pub limit: u64,
+    /// What its ledger accounts for.
+    pub ledger: u64,
+    /// The process most likely at fault and the driver bytes its slot does
+    /// not account for.
+    pub suspect: Option<(u32, u64)>,
+}
+
 /// What one cycle found and did.
 #[derive(Clone, Debug, Default)]
 pub struct CycleReport {
@@ -41,8 +67,157 @@ pub struct CycleReport {
     pub assessments: Vec<Assessment>,
     /// Those over the limit + tolerance now.
     pub over: Vec<(String, String)>,
+    /// Those that went over this cycle.
+    pub detections: Vec<Detection>,
     /// Processes killed.
     pub kills: Vec<Kill>,
+}
+
+/// One GPU process of a container, as the decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// Container key.
+    pub key: String,
+    /// GPU.
+    pub uuid: String,
+    /// Host PID.
+    pub pid: u32,
+    /// Start time (ticks): what the kill is checked against.
+    pub start_time: u64,
+    /// Driver bytes.
+    pub used: u64,
+    /// What its own slot accounts for on that GPU (0: no slot).
+    pub ledger: u64,
+}
+
+impl Candidate {
+    fn unaccounted(&self) -> u64 {
+        self.used.saturating_sub(self.ledger)
+    }
+}
+
+/// The decision's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    /// Kill after the grace, or only report.
+    pub enforce: Enforce,
+    /// Driver bytes above the limit tolerated.
+    pub tolerance: u64,
+    /// How long a container stays over before a kill.
+    pub grace: Duration,
+}
+
+/// What the watchdog does this cycle.
+#[derive(Clone, Debug, Default)]
+pub struct Decision {
+    /// Over the limit + tolerance now.
+    pub over: Vec<(String, String)>,
+    /// Newly over.
+    pub detections: Vec<Detection>,
+    /// (process, why) to kill.
+    pub kills: Vec<(Candidate, Kill)>,
+    /// When each (container, GPU) still over went over (the grace clock).
+    pub over_since: HashMap<(String, String), Instant>,
+}
+
+/// The process of `key` on `uuid` most likely at fault: the most driver
+/// bytes its own slot does not account for, the newest on a tie.
+fn suspect<'a>(candidates: &'a [Candidate], key: &str, uuid: &str) -> Option<&'a Candidate> {
+    candidates
+        .iter()
+        .filter(|c| c.key == key && c.uuid == uuid && c.start_time > 0)
+        .max_by_key(|c| (c.unaccounted(), c.start_time, c.pid))
+}
+
+/// Pure: what to report and whom to kill, given what was observed and when
+/// each (container, GPU) went over.
+pub fn decide(
+    assessments: &[Assessment],
+    candidates: &[Candidate],
+    over_since: &HashMap<(String, String), Instant>,
+    now: Instant,
+    policy: Policy,
+) -> Decision {
+    let mut d = Decision::default();
+    for a in assessments {
+        if !a.over_limit(policy.tolerance) {
+            continue;
+        }
+        let k = (a.key.clone(), a.uuid.clone());
+        let sus = suspect(candidates, &a.key, &a.uuid);
+        let since = match over_since.get(&k) {
+            Some(t) => *t,
+            None => {
+                d.detections.push(Detection {
+                    key: a.key.clone(),
+                    uuid: a.uuid.clone(),
+                    driver: a.driver,
+                    limit: a.limit,
+                    ledger: a.ledger,
+                    suspect: sus.map(|c| (c.pid, c.unaccounted())),
+                });
+                now
+            }
+        };
+        d.over.push(k.clone());
+        if policy.enforce == Enforce::Kill && now.duration_since(since) >= policy.grace {
+            if let Some(c) = sus {
+                d.kills.push((
+                    c.clone(),
+                    Kill {
+                        key: a.key.clone(),
+                        uuid: a.uuid.clone(),
+                        pid: c.pid,
+                        driver: a.driver,
+                        limit: a.limit,
+                    },
+                ));
+            }
+            // The grace starts again for whatever is left.
+            d.over_since.insert(k, now);
+        } else {
+            d.over_since.insert(k, since);
+        }
+    }
+    d
+}
+
+/// Every attributed GPU process with what its own slot accounts for.
+fn candidates(obs: &observe::Observation, regions: &[observe::ContainerRegion]) -> Vec<Candidate> {
+    // (host PID, GPU) → the slot's admission total there.
+    let mut ledger: HashMap<(u32, &str), u64> = HashMap::new();
+    for r in regions {
+        let Some(Ok(s)) = &r.snapshot else { continue };
+        for slot in s.slots.iter().filter(|sl| sl.host_pid != 0) {
+            for sd in &slot.devices {
+                if let Some(dev) = s.devices.iter().find(|d| d.index == sd.index) {
+                    *ledger
+                        .entry((slot.host_pid, dev.uuid.as_str()))
+                        .or_default() += sd.usage.total;
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for d in &obs.devices {
+        for p in &d.processes {
+            let (Some(key), Some(used)) = (&p.container, p.used_bytes) else {
+                continue;
+            };
+            out.push(Candidate {
+                key: key.clone(),
+                uuid: d.info.uuid.clone(),
+                pid: p.pid,
+                start_time: p.start_time,
+                used,
+                ledger: ledger
+                    .get(&(p.pid, d.info.uuid.as_str()))
+                    .copied()
+                    .unwrap_or(0),
+            });
+        }
+    }
+    out
 }
 
 /// The watchdog's state across cycles.
@@ -86,7 +261,7 @@ impl Watchdog {
         }
     }
 
-    /// One cycle at `now`.
+    /// One cycle at `now`: observe, decide, kill.
     pub fn cycle(&mut self, now: Instant) -> CycleReport {
         let t0 = Instant::now();
         let pods = self.pods.get();
@@ -102,51 +277,42 @@ impl Watchdog {
         )
         .unwrap_or_default();
         let assessments = assess(&regions, &obs.driver_memory());
-        let mut rep = CycleReport::default();
-        let tol = self.cfg.tolerance_bytes;
-        let mut still_over = HashMap::new();
-        for a in &assessments {
-            if !a.over_limit(tol) {
-                continue;
-            }
-            let k = (a.key.clone(), a.uuid.clone());
-            let since = *self.over_since.get(&k).unwrap_or(&now);
-            rep.over.push(k.clone());
+        let policy = Policy {
+            enforce: self.cfg.enforce,
+            tolerance: self.cfg.tolerance_bytes,
+            grace: self.cfg.grace,
+        };
+        let d = decide(
+            &assessments,
+            &candidates(&obs, &regions),
+            &self.over_since,
+            now,
+            policy,
+        );
+        for det in &d.detections {
+            self.stats.detections.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
-                container = %a.key, device = %a.uuid, driver = a.driver, limit = a.limit, ledger = a.ledger,
+                container = %det.key, device = %det.uuid, driver = det.driver, limit = det.limit,
+                ledger = det.ledger, suspect_pid = det.suspect.map(|s| s.0),
                 "container over its device-memory limit (driver-reported)"
             );
-            if self.cfg.enforce == Enforce::Kill && now.duration_since(since) >= self.cfg.grace {
-                let newest = obs
-                    .devices
-                    .iter()
-                    .filter(|d| d.info.uuid == a.uuid)
-                    .flat_map(|d| d.processes.iter())
-                    .filter(|p| p.container.as_deref() == Some(a.key.as_str()) && p.start_time > 0)
-                    .max_by_key(|p| (p.start_time, p.pid));
-                if let Some(p) = newest {
-                    match kill_checked(self.resolver.proc_root(), p.pid, p.start_time) {
-                        Ok(()) => {
-                            self.stats.kills.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(container = %a.key, device = %a.uuid, pid = p.pid, "killed the container's newest GPU process");
-                            rep.kills.push(Kill {
-                                key: a.key.clone(),
-                                uuid: a.uuid.clone(),
-                                pid: p.pid,
-                                driver: a.driver,
-                                limit: a.limit,
-                            });
-                        }
-                        Err(e) => tracing::warn!(pid = p.pid, "not killed: {e}"),
-                    }
+        }
+        let mut rep = CycleReport {
+            over: d.over,
+            detections: d.detections,
+            ..CycleReport::default()
+        };
+        for (c, kill) in d.kills {
+            match kill_checked(self.resolver.proc_root(), c.pid, c.start_time) {
+                Ok(()) => {
+                    self.stats.kills.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(container = %kill.key, device = %kill.uuid, pid = c.pid, "killed the container's most unaccounted GPU process");
+                    rep.kills.push(kill);
                 }
-                // The grace starts again for whatever is left.
-                still_over.insert(k, now);
-            } else {
-                still_over.insert(k, since);
+                Err(e) => tracing::warn!(pid = c.pid, "not killed: {e}"),
             }
         }
-        self.over_since = still_over;
+        self.over_since = d.over_since;
         rep.assessments = assessments;
         self.stats.cycles.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -156,7 +322,7 @@ impl Watchdog {
     }
 
     /// Runs cycles every `watchdog_interval` until `shutdown`, posting an
-    /// Event for each kill.
+    /// Event for each detection and each kill.
     pub async fn run(
         mut self,
         kube: Option<KubeApi>,
@@ -176,6 +342,33 @@ impl Watchdog {
             self = me;
             if let Some(k) = &kube {
                 let pods = self.pods.get();
+                for det in &rep.detections {
+                    let Some((uid, ctr)) = crate::layout::parse_container_key(&det.key) else {
+                        continue;
+                    };
+                    let Some(pod) = pods.pods.get(uid) else {
+                        continue;
+                    };
+                    let suspect = match det.suspect {
+                        Some((pid, b)) => format!("; most unaccounted: host pid {pid} ({} MiB its slot does not account for)", b >> 20),
+                        None => String::new(),
+                    };
+                    let msg = format!(
+                        "vgpu watchdog: the driver reports {} MiB for container {ctr} on {} against a limit of {} MiB (tolerance {} MiB; the ledger accounts for {} MiB){suspect}; enforce={}",
+                        det.driver >> 20,
+                        det.uuid,
+                        det.limit >> 20,
+                        self.cfg.tolerance_bytes >> 20,
+                        det.ledger >> 20,
+                        if self.cfg.enforce == Enforce::Kill { "kill" } else { "report" },
+                    );
+                    if let Err(e) = k
+                        .pod_event(pod, "Warning", "VgpuMemoryOverLimitDetected", &msg)
+                        .await
+                    {
+                        tracing::warn!("recording the detection as an Event: {e}");
+                    }
+                }
                 for kill in &rep.kills {
                     let Some((uid, ctr)) = crate::layout::parse_container_key(&kill.key) else {
                         continue;
@@ -205,5 +398,145 @@ impl Watchdog {
                 _ = shutdown.changed() => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn over(key: &str, driver: u64) -> Assessment {
+        Assessment {
+            key: key.into(),
+            vdevice: 0,
+            uuid: "GPU-0".into(),
+            ledger: 512 * MIB,
+            limit: 1024 * MIB,
+            driver,
+        }
+    }
+
+    fn proc(key: &str, pid: u32, start: u64, used: u64, ledger: u64) -> Candidate {
+        Candidate {
+            key: key.into(),
+            uuid: "GPU-0".into(),
+            pid,
+            start_time: start,
+            used,
+            ledger,
+        }
+    }
+
+    fn policy(enforce: Enforce) -> Policy {
+        Policy {
+            enforce,
+            tolerance: 64 * MIB,
+            grace: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_container_going_over_is_detected_once_with_its_least_accounted_process() {
+        let now = Instant::now();
+        // The bypassing process (no slot) is older than the limited one:
+        // "newest" would have picked the wrong one.
+        let cands = [
+            proc("a", 10, 100, 1024 * MIB, 0),
+            proc("a", 11, 200, 768 * MIB, 768 * MIB),
+            proc("b", 12, 300, 4096 * MIB, 0),
+        ];
+        let a = [over("a", 1792 * MIB), over("b", 100 * MIB)];
+        let d = decide(&a, &cands, &HashMap::new(), now, policy(Enforce::Report));
+        assert_eq!(d.over, [("a".to_owned(), "GPU-0".to_owned())]);
+        assert_eq!(d.detections.len(), 1);
+        assert_eq!(d.detections[0].suspect, Some((10, 1024 * MIB)));
+        assert!(d.kills.is_empty(), "report mode kills nothing");
+        // The next cycle: still over, not detected again.
+        let d2 = decide(
+            &a,
+            &cands,
+            &d.over_since,
+            now + Duration::from_secs(5),
+            policy(Enforce::Report),
+        );
+        assert!(d2.detections.is_empty());
+        assert_eq!(d2.over_since[&("a".to_owned(), "GPU-0".to_owned())], now);
+    }
+
+    #[test]
+    fn kill_waits_for_the_grace_and_takes_the_suspect_only() {
+        let now = Instant::now();
+        let cands = [
+            proc("a", 10, 100, 1024 * MIB, 0),
+            proc("a", 11, 200, 768 * MIB, 768 * MIB),
+        ];
+        let a = [over("a", 1792 * MIB)];
+        let d = decide(&a, &cands, &HashMap::new(), now, policy(Enforce::Kill));
+        assert!(d.kills.is_empty(), "within the grace");
+        let later = now + Duration::from_millis(1500);
+        let d = decide(&a, &cands, &d.over_since, later, policy(Enforce::Kill));
+        assert_eq!(d.kills.len(), 1);
+        assert_eq!(d.kills[0].0.pid, 10);
+        assert_eq!(d.kills[0].1.driver, 1792 * MIB);
+        // The grace restarts for what is left.
+        assert_eq!(d.over_since[&("a".to_owned(), "GPU-0".to_owned())], later);
+    }
+
+    #[test]
+    fn a_process_that_zeroed_its_own_counters_is_the_suspect() {
+        let now = Instant::now();
+        // Both have slots; 11 reports 0 in its slot while holding 1 GiB.
+        let cands = [
+            proc("a", 10, 300, 600 * MIB, 600 * MIB),
+            proc("a", 11, 100, 1024 * MIB, 0),
+        ];
+        let d = decide(
+            &[over("a", 1624 * MIB)],
+            &cands,
+            &HashMap::new(),
+            now,
+            policy(Enforce::Report),
+        );
+        assert_eq!(d.detections[0].suspect, Some((11, 1024 * MIB)));
+        // All accounted: the newest (the allocation that crossed is likely its).
+        let cands = [
+            proc("a", 10, 300, 900 * MIB, 900 * MIB),
+            proc("a", 11, 100, 900 * MIB, 900 * MIB),
+        ];
+        let d = decide(
+            &[over("a", 1800 * MIB)],
+            &cands,
+            &HashMap::new(),
+            now,
+            policy(Enforce::Report),
+        );
+        assert_eq!(d.detections[0].suspect, Some((10, 0)));
+    }
+
+    #[test]
+    fn under_the_tolerance_or_unlimited_is_never_over_and_a_gone_process_is_not_a_suspect() {
+        let now = Instant::now();
+        let mut unlimited = over("a", 10_000 * MIB);
+        unlimited.limit = 0;
+        let d = decide(
+            &[over("a", 1024 * MIB + 64 * MIB), unlimited],
+            &[proc("a", 10, 100, 5000 * MIB, 0)],
+            &HashMap::new(),
+            now,
+            policy(Enforce::Kill),
+        );
+        assert!(d.over.is_empty() && d.detections.is_empty());
+        // Over, but its only process already exited (start time 0).
+        let since: HashMap<_, _> = [(("a".to_owned(), "GPU-0".to_owned()), now)].into();
+        let d = decide(
+            &[over("a", 2048 * MIB)],
+            &[proc("a", 10, 0, 2048 * MIB, 0)],
+            &since,
+            now + Duration::from_secs(10),
+            policy(Enforce::Kill),
+        );
+        assert!(d.kills.is_empty());
     }
 }

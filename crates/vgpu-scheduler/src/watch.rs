@@ -123,7 +123,10 @@ pub async fn write_handshakes(s: Arc<Scheduler>, period: Duration) {
     let nodes: Api<Node> = Api::all(s.client.clone());
     let mut requests = HandshakeRequests::default();
     loop {
-        let (due, before): (Vec<String>, std::collections::HashMap<String, Option<String>>) = {
+        let (due, before): (
+            Vec<String>,
+            std::collections::HashMap<String, Option<String>>,
+        ) = {
             let st = s.read();
             let due = requests.due(
                 st.nodes

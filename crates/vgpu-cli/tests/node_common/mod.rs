@@ -145,14 +145,13 @@ impl Env {
                 "--health-interval",
                 "100ms",
             ])
-            .args([
-                "--watchdog-interval",
-                "300ms",
-                "--lib-cuda-log-level",
-                "2",
-                "--log-level",
-                "debug",
-            ])
+            // A test that measures at the default period passes its own.
+            .args(
+                ["--watchdog-interval", "300ms"]
+                    .iter()
+                    .filter(|_| !extra.contains(&"--watchdog-interval")),
+            )
+            .args(["--lib-cuda-log-level", "2", "--log-level", "debug"])
             .args(extra)
             .envs(self.sim.env())
             .env_remove("LD_PRELOAD")
