@@ -116,7 +116,15 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
             return o;
         }
     };
-    let _ = writeln!(o, "limits file {} (applies):", file.display());
+    // The region does not record which file its processes read: this is
+    // the file the layout names for it, not proof that anyone reads it.
+    let _ = writeln!(
+        o,
+        "limits file {} (the operator's file for this region by its path; it applies to a \
+         process that reads it, as LIBVGPU_LIMITS_FILE or a mount at /etc/vgpu/limits: the \
+         region does not record which file its processes read):",
+        file.display()
+    );
     let mism: Vec<DisplayMismatch> = r.display_mismatches(l);
     for d in 0..r.device_count() {
         let uuid = r.device_uuid(d);
@@ -139,7 +147,7 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
                 })
                 .collect();
             format!(
-                "region copy DISAGREES: {}; the file applies",
+                "region copy DISAGREES: {}; a process reading the file enforces the file",
                 what.join(", ")
             )
         };
@@ -581,9 +589,10 @@ mod tests {
         .unwrap();
         let out = render_limits(&file, &limits::read_limits_file(&file), &r);
         for want in [
-            "(applies):",
+            "(the operator's file for this region by its path; it applies to a process that reads it",
+            "the region does not record which file its processes read):",
             "[0] GPU-inspect-0  memory limit 1.0 GiB (1073741824)  SM limit 30%",
-            "region copy DISAGREES: SM limit none in the header; the file applies",
+            "region copy DISAGREES: SM limit none in the header; a process reading the file enforces the file",
             "policy -, priority 1, suspended no",
         ] {
             assert!(out.contains(want), "missing {want:?} in:\n{out}");
