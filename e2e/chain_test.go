@@ -601,6 +601,60 @@ func TestChainTwentyPodsAndKubeletRestart(t *testing.T) {
 	ledger(bound)
 }
 
+// Two GPU nodes: with more than one feasible node the real kube-scheduler
+// asks the extender to score them (prioritize, weight 10 as the chart
+// configures), and the score decides the node: binpack (the default node
+// policy) puts a second pod beside the first, `spread` puts the next one
+// on the emptier node. Each pod is admitted by its own node's device
+// manager with a GPU of that node.
+func TestChainTwoNodesPrioritize(t *testing.T) {
+	s := startStack(t, 1)
+	second := s.addNode("gpu-node-2", 1)
+	ctx := context.Background()
+	nodes := map[string]*gpuNode{nodeName: s.gpuNode, second.name: second}
+	place := func(p *v1.Pod) string {
+		t.Helper()
+		_, err := cp.cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		must(t, err)
+		var got *v1.Pod
+		if err := waitFor(60*time.Second, "pod "+p.Name+" bound", func() error {
+			got, err = cp.cs.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got.Spec.NodeName == "" {
+				return fmt.Errorf("not bound; conditions %+v", got.Status.Conditions)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%v\n%s\n%s", err, s.ks.tail(), s.sched.tail())
+		}
+		n := nodes[got.Spec.NodeName]
+		if n == nil {
+			t.Fatalf("%s bound to %q", p.Name, got.Spec.NodeName)
+		}
+		a := n.waitAdmission(string(got.UID), 30*time.Second)
+		if a.Error != "" || len(a.Containers) != 1 || a.Containers[0].Options == nil {
+			t.Fatalf("%s: %s's device manager: %+v", p.Name, n.name, a)
+		}
+		return got.Spec.NodeName
+	}
+	first := place(gpuPod("two-a", 2048, 20))
+	if got := place(gpuPod("two-b", 2048, 20)); got != first {
+		t.Errorf("binpack: two-b on %s, two-a on %s", got, first)
+	}
+	sp := gpuPod("two-c", 2048, 20)
+	sp.Annotations = map[string]string{"hami.io/node-scheduler-policy": "spread"}
+	if got := place(sp); got == first {
+		t.Errorf("spread: two-c on %s beside two-a and two-b", got)
+	}
+	text, err := scrape(nil, s.metrics)
+	must(t, err)
+	if n, ok := metricValue(text, "vgpu_scheduler_prioritize_duration_seconds_count", nil); !ok || n < 3 {
+		t.Errorf("prioritize calls %v %v: kube-scheduler did not score through the extender\n%s", n, ok, grepLines(text, "vgpu_scheduler_"))
+	}
+}
+
 // The device-list strategies NVIDIA's plugin offers, through the real
 // device manager: its answer to the kubelet carries the CDI device names
 // (cdi-cri), the runtime annotation (cdi-annotations) and the

@@ -36,20 +36,30 @@ const (
 // kube-scheduler with the chart's configuration, both as the chart's
 // ServiceAccount; one node: the kubelet's device manager (cmd/devicemanager)
 // in a private mount namespace and `vgpu node` with the DaemonSet's
-// arguments as its ServiceAccount on a simulated GPU machine.
+// arguments as its ServiceAccount on a simulated GPU machine. More nodes
+// (addNode) share that machine, each with its own device manager, mount
+// namespace and agent.
 type stack struct {
+	*gpuNode  // the first node
 	t         *testing.T
 	dir       string
 	objs      []*unstructured.Unstructured
 	schedURL  string // https://127.0.0.1:port
 	schedTLS  *http.Client
 	metrics   string // the scheduler's metrics URL
-	agentURL  string // the node agent's monitor URL
-	dmURL     string
 	sched, ks *proc
-	dm, agent *proc
 	simDir    string
 	simEnv    []string
+	more      []*gpuNode
+}
+
+// gpuNode is one kubelet (its device manager) and its `vgpu node`.
+type gpuNode struct {
+	s         *stack
+	name      string
+	agentURL  string // the node agent's monitor URL
+	dmURL     string
+	dm, agent *proc
 	agentArgs []string
 }
 
@@ -228,83 +238,103 @@ func startStack(t *testing.T, devices int, extraAgentArgs ...string) *stack {
 		t.Fatalf("vgpu sim env printed no exports:\n%s", out)
 	}
 
+	s.gpuNode = s.startNode(nodeName, devices, extraAgentArgs...)
+	return s
+}
+
+// addNode starts another node on the same simulated machine (its GPUs
+// are the first node's, as far as the scheduler can tell: the ledger is
+// per node).
+func (s *stack) addNode(name string, devices int, extraAgentArgs ...string) *gpuNode {
+	n := s.startNode(name, devices, extraAgentArgs...)
+	s.more = append(s.more, n)
+	return n
+}
+
+func (s *stack) startNode(name string, devices int, extraAgentArgs ...string) *gpuNode {
+	t := s.t
+	n := &gpuNode{s: s, name: name}
+	dir := filepath.Join(s.dir, name)
+	must(t, os.MkdirAll(dir, 0o755))
 	// The kubelet's device manager: its socket directory is fixed, so a
 	// private mount namespace with a tmpfs there.
 	must(t, os.MkdirAll(devicemanagerDir, 0o755))
-	s.dm, err = startProc(s.dir, "devicemanager", []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+	var err error
+	n.dm, err = startProc(dir, "devicemanager", []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
 		`mount -t tmpfs tmpfs "$0" && exec "$@"`, devicemanagerDir,
-		peer("devicemanager"), "--kubeconfig=" + cp.adminKC, "--node-name=" + nodeName, "--node-labels=gpu=on"}, nil)
+		peer("devicemanager"), "--kubeconfig=" + cp.adminKC, "--node-name=" + name, "--node-labels=gpu=on"}, nil)
 	must(t, err)
-	u, err := s.dm.waitLine("devicemanager: listening on ", 60*time.Second)
+	u, err := n.dm.waitLine("devicemanager: listening on ", 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.dmURL = u
+	n.dmURL = u
 
 	// vgpu node with the DaemonSet's arguments, in the device manager's
 	// mount namespace (it sees the same device-plugins directory).
 	ds := find(s.objs, "DaemonSet", "vgpu-vgpu-node")
 	nc := containerOf(t, ds, "vgpu-node")
-	hook := filepath.Join(s.dir, "hook")
-	run_ := filepath.Join(s.dir, "run-vgpu")
+	hook := filepath.Join(dir, "hook")
+	run_ := filepath.Join(dir, "run-vgpu")
 	for _, d := range []string{hook, run_} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
 	must(t, os.Chmod(s.dir, 0o755))
+	must(t, os.Chmod(dir, 0o755))
 	set := map[string]string{
 		"--hook-path":     hook,
 		"--lib-path":      cargoBin("libvgpu.so"),
 		"--broker-socket": filepath.Join(run_, "hostpid.sock"),
 		"--metrics-addr":  "127.0.0.1:0",
-		"--node-name":     nodeName,
+		"--node-name":     name,
 		"--kubeconfig":    cp.saKubeconfig(t, releaseNS, nodeSA),
 		"--nvml-library":  filepath.Join(s.simDir, "lib/libnvidia-ml.so.1"),
-		"--lock-dir":      filepath.Join(s.dir, "vgpulock"),
+		"--lock-dir":      filepath.Join(dir, "vgpulock"),
 	}
 	for i := 0; i+1 < len(extraAgentArgs); i += 2 {
 		set[extraAgentArgs[i]] = extraAgentArgs[i+1]
 	}
-	s.agentArgs = withFlags(stringsOf(nc["args"]), set)
-	s.startAgent()
+	n.agentArgs = withFlags(stringsOf(nc["args"]), set)
+	n.startAgent()
 	// The device manager registered the plugin and published capacity.
-	s.waitAllocatable(devices * 10)
-	return s
+	n.waitAllocatable(devices * 10)
+	return n
 }
 
 const devicemanagerDir = "/var/lib/kubelet/device-plugins"
 
-func (s *stack) startAgent() {
-	t := s.t
-	argv := append([]string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", s.dmPid()), "--", cargoBin("vgpu")}, s.agentArgs...)
+func (n *gpuNode) startAgent() {
+	t := n.s.t
+	argv := append([]string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", n.dmPid()), "--", cargoBin("vgpu")}, n.agentArgs...)
 	var err error
-	s.agent, err = startProc(s.dir, "vgpu-node", argv, append([]string{"LD_PRELOAD=", "KUBECONFIG="}, s.simEnv...))
+	n.agent, err = startProc(filepath.Join(n.s.dir, n.name), "vgpu-node", argv, append([]string{"LD_PRELOAD=", "KUBECONFIG="}, n.s.simEnv...))
 	must(t, err)
-	u, err := s.agent.waitLine("vgpu node: monitor on ", 60*time.Second)
+	u, err := n.agent.waitLine("vgpu node: monitor on ", 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.agentURL = u
+	n.agentURL = u
 }
 
 // dmPid is the device manager's pid (unshare's sh exec'd into it).
-func (s *stack) dmPid() int {
-	pid := s.dm.cmd.Process.Pid
+func (n *gpuNode) dmPid() int {
+	pid := n.dm.cmd.Process.Pid
 	// unshare forks nothing without --fork: same pid all the way.
 	return pid
 }
 
-func (s *stack) waitAllocatable(n int) {
-	t := s.t
-	if err := waitFor(60*time.Second, fmt.Sprintf("node allocatable nvidia.com/gpu=%d", n), func() error {
-		if s.agent.exited() {
-			return stopWaiting{fmt.Errorf("vgpu node exited\n%s", s.agent.tail())}
+func (n *gpuNode) waitAllocatable(count int) {
+	t := n.s.t
+	if err := waitFor(60*time.Second, fmt.Sprintf("node %s allocatable nvidia.com/gpu=%d", n.name, count), func() error {
+		if n.agent.exited() {
+			return stopWaiting{fmt.Errorf("vgpu node exited\n%s", n.agent.tail())}
 		}
-		node, err := cp.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		node, err := cp.cs.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		q := node.Status.Allocatable["nvidia.com/gpu"]
-		if q.Value() != int64(n) {
+		if q.Value() != int64(count) {
 			return fmt.Errorf("allocatable %v", node.Status.Allocatable)
 		}
 		if node.Annotations["hami.io/node-nvidia-register"] == "" {
@@ -312,12 +342,23 @@ func (s *stack) waitAllocatable(n int) {
 		}
 		return nil
 	}); err != nil {
-		t.Fatalf("%v\n%s\n%s", err, s.agent.tail(), s.dm.tail())
+		t.Fatalf("%v\n%s\n%s", err, n.agent.tail(), n.dm.tail())
 	}
 }
 
+// procs is every process of the stack, node processes first.
+func (s *stack) procs() []*proc {
+	var ps []*proc
+	for _, n := range append([]*gpuNode{s.gpuNode}, s.more...) {
+		if n != nil {
+			ps = append(ps, n.agent, n.dm)
+		}
+	}
+	return append(ps, s.ks, s.sched)
+}
+
 func (s *stack) stopProcs() {
-	for _, p := range []*proc{s.agent, s.dm, s.ks, s.sched} {
+	for _, p := range s.procs() {
 		p.stop()
 	}
 }
@@ -332,10 +373,13 @@ func (s *stack) stop() {
 	zero := int64(0)
 	_ = cp.cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 	_ = cp.cs.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
+	for _, n := range s.more {
+		_ = cp.cs.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{})
+	}
 	// Every process ran as the chart's ServiceAccount: a call its RBAC
 	// refuses fails the test even where the process only logged it.
-	for _, p := range []*proc{s.agent, s.ks, s.sched} {
-		if p == nil {
+	for _, p := range s.procs() {
+		if p == nil || strings.HasPrefix(p.name, "devicemanager") {
 			continue
 		}
 		for _, l := range strings.Split(p.output(), "\n") {
@@ -345,7 +389,7 @@ func (s *stack) stop() {
 		}
 	}
 	if s.t.Failed() {
-		for _, p := range []*proc{s.agent, s.dm, s.ks, s.sched} {
+		for _, p := range s.procs() {
 			if p != nil {
 				s.t.Log(p.tail())
 			}
@@ -362,8 +406,8 @@ type admission struct {
 	} `json:"containers"`
 }
 
-func (s *stack) admission(uid string) (*admission, error) {
-	r, err := http.Get(s.dmURL + "/pods/" + uid)
+func (n *gpuNode) admission(uid string) (*admission, error) {
+	r, err := http.Get(n.dmURL + "/pods/" + uid)
 	if err != nil {
 		return nil, err
 	}
@@ -376,20 +420,20 @@ func (s *stack) admission(uid string) (*admission, error) {
 	return &a, json.Unmarshal(b, &a)
 }
 
-func (s *stack) waitAdmission(uid string, timeout time.Duration) *admission {
+func (n *gpuNode) waitAdmission(uid string, timeout time.Duration) *admission {
 	var a *admission
 	if err := waitFor(timeout, "device manager admission of "+uid, func() error {
 		var err error
-		a, err = s.admission(uid)
+		a, err = n.admission(uid)
 		return err
 	}); err != nil {
-		s.t.Fatalf("%v\n%s", err, s.agent.tail())
+		n.s.t.Fatalf("%v\n%s", err, n.agent.tail())
 	}
 	return a
 }
 
-func (s *stack) post(path string) ([]byte, error) {
-	r, err := http.Post(s.dmURL+path, "application/json", nil)
+func (n *gpuNode) post(path string) ([]byte, error) {
+	r, err := http.Post(n.dmURL+path, "application/json", nil)
 	if err != nil {
 		return nil, err
 	}
