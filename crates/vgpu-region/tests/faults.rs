@@ -2,7 +2,9 @@
 //! SIGKILL, half stopped there first and killed by us). While it is stopped
 //! mid-step, newcomers still open, register, reserve and release (nothing
 //! waits on it); after it dies, one reclaim pass leaves the ledger exact:
-//! only the survivor's slot and bytes remain.
+//! only the survivor's slot and bytes remain. The copying reader's step
+//! (`copy.after_extent`) writes nothing: killed there once each way, it
+//! leaves the file byte for byte as it was.
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
