@@ -15,10 +15,12 @@
 //! changed during one read is taken from a read during which it did not,
 //! unless it kept changing through all `READS` reads); a file that shrank
 //! below the header's length during the copy is refused
-//! (`RegionError::ChangedWhileCopied`), never filled in with zeros. A file
-//! shrunk and grown back between two of our reads shows zeros where it was
-//! cut, as if its owner had written zeros there: the tenant owns the
-//! contents anyway, and every reader treats them as untrusted.
+//! (`RegionError::ChangedWhileCopied`), never filled in with zeros, and so
+//! is one cut below its header (`Region::open_copy` checks the header as
+//! copied and as the file holds it afterwards). A file cut above its header
+//! and grown back between two of our reads shows zeros where it was cut, as
+//! if its owner had written zeros there: the tenant owns the contents
+//! anyway, and every reader treats them as untrusted.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
