@@ -1,9 +1,11 @@
 //! `vgpu inspect [cache] [--json] [--limits FILE]`: a shared region's
 //! header, limits and live slots with their usage, identity and phase
 //! timestamps, and the limits file that applies to it (docs/limits.md) with
-//! whether the region's display copy agrees. Reads only (read-only mapping:
-//! no reclaim, no writes; nothing at the paths is followed or blocked on);
-//! a file that is not a usable region is explained.
+//! whether the region's display copy agrees. Reads only (a private copy of
+//! the file, `Region::open_copy`: no reclaim, no writes, and a tenant
+//! truncating the file meanwhile cannot SIGBUS it; nothing at the paths is
+//! followed or blocked on); a file that is not a usable region is
+//! explained.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -36,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .filter(|v| !v.is_empty())
             .map_or_else(|| PathBuf::from(DEFAULT_CACHE), PathBuf::from)
     });
-    let r = match Region::open_read_only(&cache) {
+    let r = match Region::open_copy(&cache) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("vgpu inspect: {} [{}]", chain(&e), e.unusable().name());

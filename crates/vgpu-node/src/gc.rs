@@ -153,7 +153,8 @@ impl LiveProcesses {
 /// but cannot hurt its mapping.)
 fn proved_unused(dir: &Path, live: &LiveProcesses) -> bool {
     if let Some(p) = observe::region_file(dir) {
-        match vgpu_region::Region::open_read_only(&p) {
+        // A private copy: a tenant truncating its file cannot SIGBUS us.
+        match vgpu_region::Region::open_copy(&p) {
             Err(e) if p.exists() => {
                 tracing::warn!(region = %p.display(), "cache GC: cannot read the region, keeping it: {}", vgpu_errors::chain(&e));
                 return false;
@@ -195,7 +196,8 @@ fn proved_unused(dir: &Path, live: &LiveProcesses) -> bool {
 /// region that exists but cannot be read counts as in use: only a region
 /// whose every owner is proved dead may go (never fail open).
 pub fn region_in_use(region_dir: &Path, live: &LiveProcesses) -> bool {
-    observe::region_file(region_dir).is_some_and(|p| match vgpu_region::Region::open_read_only(&p) {
+    // A private copy: a tenant truncating its file cannot SIGBUS us.
+    observe::region_file(region_dir).is_some_and(|p| match vgpu_region::Region::open_copy(&p) {
         Err(e) if p.exists() => {
             tracing::warn!(region = %p.display(), "cannot read the region, treating it as in use: {}", vgpu_errors::chain(&e));
             true
@@ -263,8 +265,10 @@ pub fn reclaim_slots(layout: &Layout, live: &LiveProcesses) -> usize {
         let Some(path) = observe::region_file(&e.path()) else {
             continue;
         };
-        // Read-only first: most regions have nothing to free.
-        let any_dead = vgpu_region::Region::open_read_only(&path)
+        // A private copy first: most regions have nothing to free, and a
+        // tenant truncating its file cannot SIGBUS a copy. (Freeing slots
+        // writes the mapped file: that `open` below is still exposed.)
+        let any_dead = vgpu_region::Region::open_copy(&path)
             .map(|r| r.snapshot())
             .is_ok_and(|s| {
                 s.slots.iter().any(|sl| {

@@ -299,6 +299,10 @@ pub fn region_file(dir: &Path) -> Option<PathBuf> {
 }
 
 /// Every container directory under `<hook>/vgpu/containers`, read-only.
+/// Each region is read from a private copy (`Region::open_copy`): the
+/// container's processes can truncate their region file at any time, and a
+/// mapping of it would SIGBUS the agent (monitor, watchdog and GC of every
+/// container at once); a file cut under the copy is a refused region.
 pub fn scan_regions(l: &layout::Layout) -> Vec<ContainerRegion> {
     let Ok(rd) = std::fs::read_dir(l.containers_dir()) else {
         return Vec::new();
@@ -314,7 +318,7 @@ pub fn scan_regions(l: &layout::Layout) -> Vec<ContainerRegion> {
         .map(|key| {
             let path = region_file(&l.region_dir(&key));
             let snapshot = path.as_ref().map(|p| {
-                vgpu_region::Region::open_read_only(p)
+                vgpu_region::Region::open_copy(p)
                     .map(|r| r.snapshot())
                     .map_err(|e| e.to_string())
             });
@@ -343,4 +347,82 @@ pub fn slot_pids(regions: &[ContainerRegion]) -> HashMap<u32, String> {
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// The agent reads regions from private copies: a container's process
+    /// cutting its region file to half and writing it back in a loop (a
+    /// thread here) never SIGBUSes a scan, which a mapping of the file
+    /// would (killing this whole test process, as it killed the agent);
+    /// every scan reads the region whole or says why not.
+    #[test]
+    fn a_tenant_truncating_its_region_never_kills_a_scan() {
+        let t = tempfile::tempdir().unwrap();
+        let l = layout::Layout::new(t.path());
+        let dir = l.region_dir("pod_main");
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(layout::REGION_FILE);
+        let opts = vgpu_region::CreateOptions {
+            slots: 0,
+            devices: vec![vgpu_region::DeviceConfig {
+                uuid: "GPU-0".into(),
+                mem_limit: 1 << 30,
+                sm_limit: 0,
+            }],
+        };
+        let (r, _) = vgpu_region::Region::open_or_create(&p, &opts).unwrap();
+        let s = r.register().unwrap();
+        r.reserve(s, 0, vgpu_region::MemKind::Data, 1 << 20)
+            .unwrap();
+        drop(r);
+        let orig = std::fs::read(&p).unwrap();
+        let half = orig.len() / 2 / 4096 * 4096;
+        let stop = Arc::new(AtomicBool::new(false));
+        let cutter = {
+            let stop = stop.clone();
+            let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+            std::thread::spawn(move || {
+                let mut rounds = 0u32;
+                // Cut, let the scanner run on the cut file, write it back,
+                // let it run on the whole one.
+                let pause = || std::thread::sleep(std::time::Duration::from_micros(50));
+                while !stop.load(Ordering::Relaxed) {
+                    f.set_len(half as u64).unwrap();
+                    pause();
+                    f.write_all_at(&orig[half..], half as u64).unwrap();
+                    pause();
+                    rounds += 1;
+                }
+                rounds
+            })
+        };
+        let (mut ok, mut refused) = (0, 0);
+        let t0 = std::time::Instant::now();
+        while ok + refused < 500 || (ok == 0 && t0.elapsed().as_secs() < 30) {
+            let regions = scan_regions(&l);
+            assert_eq!(regions.len(), 1);
+            match &regions[0].snapshot {
+                Some(Ok(s)) => {
+                    assert_eq!(s.slots.len(), 1);
+                    assert_eq!(s.devices[0].used, 1 << 20);
+                    ok += 1;
+                }
+                Some(Err(_)) => refused += 1,
+                None => panic!("no region file"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let rounds = cutter.join().unwrap();
+        eprintln!("{rounds} cuts: {ok} scans read the region, {refused} refused it");
+        assert!(
+            rounds > 0 && ok > 0,
+            "rounds={rounds} ok={ok} refused={refused}"
+        );
+    }
 }

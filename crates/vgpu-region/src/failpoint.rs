@@ -18,6 +18,7 @@ pub const STEPS: &[&str] = &[
     "reclaim.mid_clear",
     "reclaim.before_free",
     "unregister.after_mark",
+    "copy.after_extent",
 ];
 
 /// The environment variable naming the step.

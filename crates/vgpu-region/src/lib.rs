@@ -14,6 +14,9 @@
 //!   it back (see [`core`]).
 //! - The limits file ([`limits`]): the operator's limits, read-only to the
 //!   tenant; the region header keeps a display copy.
+//! - Readers that must not trust the tenant (the node agent, `vgpu
+//!   inspect`) read a private copy (`Region::open_copy`): a tenant that
+//!   truncates its file cannot SIGBUS them.
 //!
 //! The crate is meant to live inside a preloaded cdylib: it never panics on
 //! file contents, logs nothing, keeps no global state, starts no threads,
@@ -21,6 +24,8 @@
 
 #[cfg(not(loom))]
 mod clock;
+#[cfg(not(loom))]
+mod copy;
 pub mod core;
 pub mod failpoint;
 #[cfg(not(loom))]

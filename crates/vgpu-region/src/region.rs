@@ -242,6 +242,16 @@ pub enum RegionError {
         #[source]
         source: std::io::Error,
     },
+    /// The file changed under `Region::open_copy` in a way that leaves no
+    /// copy worth reading: it shrank below its header's length, or its
+    /// header was rewritten, while it was being copied.
+    #[error("{}: changed while it was copied: {what}", path.display())]
+    ChangedWhileCopied {
+        /// The file.
+        path: PathBuf,
+        /// What changed.
+        what: String,
+    },
     /// A HAMi-core shared region (HAMi's own `libvgpu.so`) at the same
     /// path: a leftover of a HAMi installation, never reinterpreted.
     #[error("{}: a HAMi-core shared region (version {major}.{minor}), not a vgpu region: remove it or use another path", path.display())]
@@ -276,7 +286,8 @@ pub enum Unusable {
     Foreign,
     /// A vgpu region of another version, layout or byte order.
     OtherVersion,
-    /// Truncated, a corrupt header, or never finished.
+    /// Truncated, a corrupt header, never finished, or changed under a
+    /// copy.
     Corrupt,
     /// Another process holds the creation lock too long.
     Busy,
@@ -329,6 +340,7 @@ impl RegionError {
                 | FormatError::Corrupt { .. }
                 | FormatError::NotInitialized { .. } => Unusable::Corrupt,
             },
+            RegionError::ChangedWhileCopied { .. } => Unusable::Corrupt,
             RegionError::LockTimeout { .. } => Unusable::Busy,
             RegionError::Full { .. } => Unusable::Full,
             RegionError::NamespaceTableFull => Unusable::NamespaceTableFull,
@@ -363,11 +375,13 @@ pub struct Region {
     /// reservation, a memory view): bounds that cost for a program that
     /// keeps hitting its limit or asking for its free memory.
     last_oom_reclaim: std::sync::atomic::AtomicU64,
-    /// False for `open_read_only`: every writer refuses or does nothing
-    /// (a store to the read-only mapping would fault).
+    /// False for `open_read_only` and `open_copy`: every writer refuses or
+    /// does nothing (a store to the read-only mapping would fault).
     writable: bool,
     /// A `Region::private` ledger (memfd, no path).
     private: bool,
+    /// `open_copy`: the bytes of the file's data extents it copied.
+    copied: Option<u64>,
 }
 
 /// At most one reclaim pass per this many ns on the refusal path.
@@ -662,7 +676,66 @@ impl Region {
         Self::attach(f, &st, path, None, DEFAULT_LOCK_WAIT, false)
     }
 
-    /// Whether this mapping may write (false after `open_read_only`).
+    /// Opens a private copy of the region at `path`, for a reader that must
+    /// not trust the file's owner (the node agent, `vgpu inspect`): every
+    /// process of a container can `ftruncate` its region, and a reader of a
+    /// mapping of the file (`open_read_only`) takes SIGBUS if that happens
+    /// while it reads. This one never maps the file: it reads the file's
+    /// data extents (`pread`; the holes of a sparse region are not read)
+    /// into anonymous memory of this process and maps that, read-only, so
+    /// snapshots and getters work as on `open_read_only` on what the file
+    /// held while it was copied, and nothing the file's owner does
+    /// afterwards can reach it. The same checks on the path as every open
+    /// (no symlink, no FIFO, a trusted directory); never writes the file.
+    /// Never waits for another process's creation lock: a file whose header
+    /// is not ready is refused at once (`LockTimeout` while someone holds
+    /// the lock). A file that shrank or whose header was rewritten during
+    /// the copy is refused (`ChangedWhileCopied`, `Unusable::Corrupt`); see
+    /// the `copy` module for what a copy promises.
+    pub fn open_copy(path: &Path) -> Result<Region, RegionError> {
+        let (f, st) = Dir::open(path)?.open_file(path, false)?;
+        let info = Self::ready_info(&f, &st, path, None, Duration::ZERO)?;
+        let copy = crate::copy::copy(&f, path, info.file_len)?;
+        // The header, as copied and as the file holds it now, must still be
+        // the one we checked: a file cut below its header (and grown back)
+        // or given another header during the copy is refused, not read as
+        // half one region, half zeros or another.
+        let (now, now_len) = read_head(&f, path, None)?;
+        drop(f);
+        for (which, head, len) in [
+            ("copied", &copy.map[..HEADER_SIZE], info.file_len),
+            ("file's", &now[..], now_len),
+        ] {
+            let what = match parse_header(head, len) {
+                Ok(c) if c == info => continue,
+                Ok(_) => format!("the {which} header is another region's"),
+                Err(e) => format!("the {which} header is refused: {e}"),
+            };
+            return Err(RegionError::ChangedWhileCopied {
+                path: path.to_owned(),
+                what,
+            });
+        }
+        let map = crate::shm::read_only(copy.map).map_err(io("protect the copy of", path))?;
+        Ok(Self::with_map(
+            map,
+            path,
+            &info,
+            false,
+            false,
+            Some(copy.data_bytes),
+        ))
+    }
+
+    /// For a region opened with `open_copy`, the bytes it read from the
+    /// file (its data extents; holes are never read); `None` for every
+    /// other open.
+    pub fn copied_bytes(&self) -> Option<u64> {
+        self.copied
+    }
+
+    /// Whether this mapping may write (false after `open_read_only` and
+    /// `open_copy`).
     pub fn is_writable(&self) -> bool {
         self.writable
     }
@@ -675,17 +748,31 @@ impl Region {
         wait: Duration,
         writable: bool,
     ) -> Result<Region, RegionError> {
+        let info = Self::ready_info(&f, st, path, create, wait)?;
+        Self::map_ready(f, path, &info, writable, false)
+    }
+
+    /// The header of the file `f` once it is ready to map: at once for a
+    /// ready file; else under its creation lock (bounded by `wait`),
+    /// initializing it when `create` says how and it was never finished.
+    fn ready_info(
+        f: &File,
+        st: &rustix::fs::Stat,
+        path: &Path,
+        create: Option<&CreateOptions>,
+        wait: Duration,
+    ) -> Result<HeaderInfo, RegionError> {
         // Fast path, no lock: a ready region (the common case for every
         // process after the first).
-        let (head, len) = read_head(&f, path, Some(st.st_size.max(0) as u64))?;
+        let (head, len) = read_head(f, path, Some(st.st_size.max(0) as u64))?;
         if let Ok(info) = parse_header(&head, len) {
-            return Self::map_ready(f, path, &info, writable, false);
+            return Ok(info);
         }
         // Slow path: wait for (or become) the creator. A refusal is only
         // final under the lock: a read racing a creator's stores (pread
         // copies bytes in no promised order) may see a torn header.
-        let lock = FileLock::acquire(&f, path, wait)?;
-        let (head, len) = read_head(&f, path, None)?;
+        let lock = FileLock::acquire(f, path, wait)?;
+        let (head, len) = read_head(f, path, None)?;
         if unfinished(&head) {
             let Some(opts) = create else {
                 let state = if head.len() >= PARSE_MIN {
@@ -709,21 +796,21 @@ impl Region {
                     ),
                 });
             }
-            Self::initialize(&f, path, opts)?;
+            Self::initialize(f, path, opts)?;
             // Ours now: the decided mode, whatever the previous creator's
             // umask left (not our file to change if another user owns it).
             if st.st_uid == rustix::process::geteuid().as_raw() {
-                crate::open::set_region_mode(&f, path)?;
+                crate::open::set_region_mode(f, path)?;
             }
         }
         let (head, len) = if unfinished(&head) {
-            read_head(&f, path, None)?
+            read_head(f, path, None)?
         } else {
             (head, len)
         };
         let info = parse(&head, len, path)?;
         drop(lock);
-        Self::map_ready(f, path, &info, writable, false)
+        Ok(info)
     }
 
     fn map_ready(
@@ -734,6 +821,17 @@ impl Region {
         private: bool,
     ) -> Result<Region, RegionError> {
         let map = crate::shm::map(&f, info.file_len, writable).map_err(io("map", path))?;
+        Ok(Self::with_map(map, path, info, writable, private, None))
+    }
+
+    fn with_map(
+        map: MmapRaw,
+        path: &Path,
+        info: &HeaderInfo,
+        writable: bool,
+        private: bool,
+        copied: Option<u64>,
+    ) -> Region {
         // No MADV_POPULATE_WRITE: measured in a fresh process it costs more
         // (~8 µs) than the three page faults a claim takes on demand. No
         // readahead either: the first process to touch a page of a fresh
@@ -750,11 +848,12 @@ impl Region {
             last_oom_reclaim: std::sync::atomic::AtomicU64::new(0),
             writable,
             private,
+            copied,
         };
         // Read procfs now, while mapping, so `register` is a compare-exchange
         // and a few stores (a fork child reads its own on first use).
         r.ident.get();
-        Ok(r)
+        r
     }
 
     /// Writes a fresh region: into a new unnamed file before it is

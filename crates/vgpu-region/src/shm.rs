@@ -1,5 +1,6 @@
-//! The only unsafe code of the crate: turning the mapped file into
-//! references to its `#[repr(C)]` structs of atomics.
+//! The mappings a `Region` reads and writes through, and the only unsafe
+//! code of the crate: turning a mapping into references to its
+//! `#[repr(C)]` structs of atomics.
 
 use crate::core::View;
 use crate::layout::{
@@ -7,7 +8,7 @@ use crate::layout::{
     RawSlot, RawSlotPacing, HEADER_SIZE, MAX_DEVICES,
 };
 use crate::sync::AtomicU64;
-use memmap2::MmapRaw;
+use memmap2::{MmapMut, MmapRaw};
 
 /// Maps `len` bytes of `file` shared, read-write (or read-only).
 pub(crate) fn map(file: &std::fs::File, len: u64, writable: bool) -> std::io::Result<MmapRaw> {
@@ -20,6 +21,21 @@ pub(crate) fn map(file: &std::fs::File, len: u64, writable: bool) -> std::io::Re
     } else {
         opts.map_raw_read_only(file)
     }
+}
+
+/// `len` bytes of zeroed anonymous memory, private to this process (no
+/// file: nothing outside it can shrink it), for `copy` to fill. Pages
+/// never written cost nothing.
+pub(crate) fn anon(len: u64) -> std::io::Result<MmapMut> {
+    let len =
+        usize::try_from(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    memmap2::MmapOptions::new().len(len).map_anon()
+}
+
+/// A filled anonymous mapping, made read-only (`mprotect`): a writer
+/// reached on it by mistake faults instead of changing a copy nobody reads.
+pub(crate) fn read_only(map: MmapMut) -> std::io::Result<MmapRaw> {
+    Ok(MmapRaw::from(map.make_read_only()?))
 }
 
 /// The header and `slots` slots of a mapping at least `file_len(slots)`

@@ -320,3 +320,71 @@ fn the_display_copy_follows_the_limits_file() {
     assert!(ro.write_display_copy(&f).is_err());
     assert!(ro.bump_limits_generation().is_err());
 }
+
+/// `open_copy` reads a sparse default-size region's data extents only (a
+/// few pages of its ~2 MiB), and its snapshot is the file's; the copy is
+/// read-only and detached: later changes to the file do not reach it.
+#[test]
+fn a_copy_reads_only_data_extents_and_snapshots_like_the_file() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let (r, _) = Region::open_or_create(
+        &p,
+        &CreateOptions {
+            slots: 0,
+            devices: opts(1 << 40).devices,
+        },
+    )
+    .unwrap();
+    let mut slots = Vec::new();
+    for i in 0..8u64 {
+        let s = r.register().unwrap();
+        r.reserve(s, 0, MemKind::Data, (i + 1) << 20).unwrap();
+        r.reserve(s, 0, MemKind::Context, 4096).unwrap();
+        r.slot(s).set_host_pid(50_000 + i as u32);
+        r.slot(s).set_phase(Phase::SlotClaimed, 1_000 + i);
+        slots.push(s);
+    }
+    // Released slots leave their pages behind: data, but no claimed slot.
+    let gone = r.register().unwrap();
+    r.reserve(gone, 0, MemKind::Data, 1 << 20).unwrap();
+    r.unregister(gone);
+
+    let c = Region::open_copy(&p).unwrap();
+    let m = std::fs::metadata(&p).unwrap();
+    let copied = c.copied_bytes().unwrap();
+    let allocated = m.blocks() * 512;
+    eprintln!(
+        "file {} bytes, {} allocated, {} copied",
+        m.len(),
+        allocated,
+        copied
+    );
+    assert_eq!(m.len(), 2_048_000);
+    assert!(copied > 0 && copied <= allocated, "{copied} > {allocated}");
+    assert!(
+        copied <= 64 << 10,
+        "copied {copied} bytes of a sparse region"
+    );
+    assert_eq!(Region::open_read_only(&p).unwrap().copied_bytes(), None);
+
+    let want = serde_json::to_value(r.snapshot()).unwrap();
+    assert_eq!(serde_json::to_value(c.snapshot()).unwrap(), want);
+    assert_eq!(c.snapshot().slots.len(), 8);
+    assert_eq!(c.device_used(0), r.device_used(0));
+    assert_eq!(c.path(), p.as_path());
+
+    // Read-only: no writer gets through.
+    assert!(!c.is_writable());
+    assert!(matches!(c.register(), Err(RegionError::ReadOnly)));
+    assert!(c.bucket(0).is_none());
+    assert_eq!(c.reclaim_where(|_| true), 0);
+
+    // Detached: the file moves on, the copy does not.
+    r.reserve(slots[0], 0, MemKind::Data, 1 << 30).unwrap();
+    r.set_limits(0, Limits { mem: 7, sm: 0 });
+    assert_eq!(serde_json::to_value(c.snapshot()).unwrap(), want);
+    std::fs::remove_file(&p).unwrap();
+    assert_eq!(c.snapshot().slots.len(), 8);
+}

@@ -2,7 +2,9 @@
 //! SIGKILL, half stopped there first and killed by us). While it is stopped
 //! mid-step, newcomers still open, register, reserve and release (nothing
 //! waits on it); after it dies, one reclaim pass leaves the ledger exact:
-//! only the survivor's slot and bytes remain.
+//! only the survivor's slot and bytes remain. The copying reader's step
+//! (`copy.after_extent`) writes nothing: killed there once each way, it
+//! leaves the file byte for byte as it was.
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
@@ -314,4 +316,40 @@ fn unfinished_in_place_file_is_repaired_under_its_lock() {
     assert!(m.is_empty(), "{m:?}");
     assert_eq!(r.slot_count(), 32);
     newcomer(&path);
+}
+
+/// A reader of a copy (`Region::open_copy`, the node agent) killed in the
+/// middle of its copy, at "copy.after_extent": it never wrote the file,
+/// which is byte for byte what it was and opens as before; stopped there
+/// instead, nobody waits on it.
+#[test]
+fn kill_reader_mid_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    let (r, _) = Region::open_or_create(&path, &opts()).unwrap();
+    let s = r.register().unwrap();
+    r.reserve(s, 0, MemKind::Data, SURVIVOR_BYTES).unwrap();
+    for action in ["die", "stop"] {
+        let before = std::fs::read(&path).unwrap();
+        let mut c = worker();
+        c.args(["hammer", path.to_str().unwrap(), "copy", "1"])
+            .env(
+                vgpu_region::failpoint::ENV,
+                format!("copy.after_extent:{action}"),
+            )
+            .stdout(std::process::Stdio::null());
+        let mut c = c.spawn().unwrap();
+        if action == "stop" {
+            assert!(wait_stopped(&mut c));
+            assert!(std::fs::read(&path).unwrap() == before, "written");
+            newcomer(&path);
+            sigkill(&c);
+        }
+        assert_killed(&mut c);
+        if action == "die" {
+            assert!(std::fs::read(&path).unwrap() == before, "written");
+        }
+        let copy = Region::open_copy(&path).unwrap();
+        assert_eq!(copy.device_used(0), SURVIVOR_BYTES);
+    }
 }

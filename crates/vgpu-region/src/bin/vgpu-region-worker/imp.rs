@@ -219,6 +219,104 @@ fn probe(path: &str) {
         Region::open_or_create(p, &CreateOptions::default()).map(|x| x.0),
     );
     show("open_read_only", Region::open_read_only(p));
+    show("open_copy", Region::open_copy(p));
+}
+
+/// Opens REGION with `read_only` (a mapping of the file) or `copy`
+/// (`Region::open_copy`).
+fn open_how(path: &Path, how: &str) -> Result<Region, String> {
+    match how {
+        "read_only" => Region::open_read_only(path).map_err(why),
+        "copy" => Region::open_copy(path).map_err(why),
+        other => Err(format!("open how {other:?}: read_only|copy")),
+    }
+}
+
+/// `truncate-read REGION HOW`: opens REGION (HOW: `read_only`|`copy`),
+/// snapshots it, truncates the file to 0 as its tenant could, and snapshots
+/// again: a reader of a mapping of the file dies here (SIGBUS), a reader of
+/// a copy prints `survived slots=N same=true`.
+fn truncate_read(region: &str, how: &str) -> Result<(), String> {
+    let path = Path::new(region);
+    let r = open_how(path, how)?;
+    let before = r.snapshot();
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("open {region}: {e}"))?;
+    f.set_len(0)
+        .map_err(|e| format!("truncate {region}: {e}"))?;
+    let after = r.snapshot();
+    let same = format!("{before:?}") == format!("{after:?}");
+    println!("survived slots={} same={same}", after.slots.len());
+    Ok(())
+}
+
+/// `truncate-loop REGION`: what a hostile tenant does to its own region,
+/// until killed: cuts the file (to 0, then to half its length, in turn)
+/// and grows it back, rewriting the pages it cut in ascending order (so at
+/// every instant the file holds its original bytes up to its current
+/// length), then lets it be for 0–1 ms. Prints `ready` after the first
+/// round.
+fn truncate_loop(region: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(region)
+        .map_err(|e| format!("open {region}: {e}"))?;
+    let orig = std::fs::read(region).map_err(|e| format!("read {region}: {e}"))?;
+    let len = orig.len() as u64;
+    let half = (len / 2) / 4096 * 4096;
+    for round in 0u64.. {
+        let cut = if round % 2 == 0 { 0 } else { half };
+        f.set_len(cut).map_err(|e| format!("truncate: {e}"))?;
+        for (i, page) in orig.chunks(4096).enumerate() {
+            let at = i as u64 * 4096;
+            if at >= cut && page.iter().any(|&b| b != 0) {
+                f.write_all_at(page, at)
+                    .map_err(|e| format!("write: {e}"))?;
+            }
+        }
+        f.set_len(len).map_err(|e| format!("grow: {e}"))?;
+        if round == 0 {
+            println!("ready");
+            let _ = std::io::stdout().flush();
+        }
+        let until = Instant::now() + Duration::from_micros(vgpu_region::monotonic_ns() % 1000);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
+}
+
+/// `hammer REGION HOW N`: N times, opens REGION (HOW as in
+/// `truncate-read`) and snapshots it; prints `ok=… err=…`, then the last
+/// refusal (`last: <message> [<cause>]`) or the last snapshot's slots
+/// (`slots=… used=…`).
+fn hammer(region: &str, how: &str, n: &str) -> Result<(), String> {
+    let n: u64 = n.parse().map_err(|_| format!("bad count {n:?}"))?;
+    let (mut ok, mut err) = (0u64, 0u64);
+    let mut last = String::new();
+    for _ in 0..n {
+        match open_how(Path::new(region), how) {
+            Ok(r) => {
+                let s = std::hint::black_box(r.snapshot());
+                let used: u64 = s.devices.iter().map(|d| d.used).sum();
+                last = format!("slots={} used={used}", s.slots.len());
+                ok += 1;
+            }
+            Err(e) => {
+                last = format!("last: {e}");
+                err += 1;
+            }
+        }
+    }
+    println!("ok={ok} err={err}");
+    println!("{last}");
+    Ok(())
 }
 
 fn burst(region: &str, gate: &str, hold: &str, mode: &str) -> Result<(), String> {
@@ -344,11 +442,16 @@ pub fn main() -> ExitCode {
         Some("burst") if args.len() == 5 => burst(&args[1], &args[2], &args[3], &args[4]),
         Some("race") => race(&args[1..]),
         Some("limits-write") if args.len() == 3 => limits_write(&args[1], &args[2]),
+        Some("truncate-read") if args.len() == 3 => truncate_read(&args[1], &args[2]),
+        Some("truncate-loop") if args.len() == 2 => truncate_loop(&args[1]),
+        Some("hammer") if args.len() == 4 => hammer(&args[1], &args[2], &args[3]),
         Some("probe") if args.len() == 2 => {
             probe(&args[1]);
             Ok(())
         }
-        _ => Err(format!("usage: script|burst|race …, got {args:?}")),
+        _ => Err(format!(
+            "usage: script|burst|race|probe|limits-write|truncate-read|truncate-loop|hammer …, got {args:?}"
+        )),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,7 +16,12 @@
 //!   CHUNK each round between two barriers; winners count themselves in
 //!   the barrier file and check the admitted total never exceeds the limit.
 //! - `probe PATH`: opens PATH every way (open, open_or_create,
-//!   open_read_only) and prints each outcome's `Unusable` cause.
+//!   open_read_only, open_copy) and prints each outcome's `Unusable` cause.
+//! - `truncate-read REGION HOW`: opens (HOW `read_only` or `copy`),
+//!   truncates the file to 0, snapshots: SIGBUS for `read_only`.
+//! - `truncate-loop REGION`: cuts and regrows the file until killed (a
+//!   hostile tenant); prints `ready` after the first round.
+//! - `hammer REGION HOW N`: N opens and snapshots; prints `ok=… err=…`.
 //! - `limits-write PATH TEXT`: writes a limits file atomically (run by the
 //!   tests under a restrictive umask).
 
