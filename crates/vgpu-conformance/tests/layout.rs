@@ -282,6 +282,11 @@ fn rust_side() -> Vec<(String, i64)> {
     off!(v, CUDA_MEM_ALLOC_NODE_PARAMS, accessDescCount);
     off!(v, CUDA_MEM_ALLOC_NODE_PARAMS, bytesize);
     off!(v, CUDA_MEM_ALLOC_NODE_PARAMS, dptr);
+    size!(v, CUDA_GRAPH_INSTANTIATE_PARAMS);
+    off!(v, CUDA_GRAPH_INSTANTIATE_PARAMS, hUploadStream);
+    off!(v, CUDA_GRAPH_INSTANTIATE_PARAMS, hErrNode_out);
+    off!(v, CUDA_GRAPH_INSTANTIATE_PARAMS, result_out);
+    size!(v, CUgraphEdgeData);
     size!(v, CUlinkState);
     konst!(
         v,
@@ -319,6 +324,15 @@ fn rust_side() -> Vec<(String, i64)> {
         CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
         CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
         CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+        CU_GRAPH_NODE_TYPE_KERNEL,
+        CU_GRAPH_NODE_TYPE_GRAPH,
+        CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+        CU_GRAPH_NODE_TYPE_MEM_FREE,
+        CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+        CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
+        CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
+        CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY,
+        CUDA_GRAPH_INSTANTIATE_SUCCESS,
         CU_LIMIT_STACK_SIZE,
         CU_LIMIT_PRINTF_FIFO_SIZE,
         CU_LIMIT_MALLOC_HEAP_SIZE,
