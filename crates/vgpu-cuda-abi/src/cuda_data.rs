@@ -143,6 +143,7 @@ pub const CU_GRAPH_NODE_TYPE_KERNEL: c_uint = 0;
 pub const CU_GRAPH_NODE_TYPE_GRAPH: c_uint = 4;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_uint = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_uint = 11;
+pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: c_uint = 13;
 
 /// `CUgraphInstantiate_flags`.
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;

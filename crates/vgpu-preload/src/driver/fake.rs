@@ -233,7 +233,7 @@ impl CudaState {
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         for id in ids {
             match self.nodes[id] {
-                FakeNode::Child(c) if depth < 8 => self.flatten(c, out, depth + 1)?,
+                FakeNode::Child(c) if depth < 64 => self.flatten(c, out, depth + 1)?,
                 n => out.push(n),
             }
         }

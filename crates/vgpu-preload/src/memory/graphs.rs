@@ -54,7 +54,8 @@ fn bytes_on(v: &PerDev, dev: u32) -> u64 {
 
 impl Mem<'_> {
     /// The memory nodes of `graph` and its child graphs: what an executable
-    /// of it allocates and frees when it runs.
+    /// of it allocates and frees when it runs (`unlisted` when some of it is
+    /// out of sight: a conditional node's body, a child graph too deep).
     pub fn graph_memory_nodes(&self, graph: CUgraph) -> CuResult<GraphExec> {
         let mut e = GraphExec::default();
         self.collect_memory_nodes(graph, &mut e, 0)?;
@@ -80,6 +81,9 @@ impl Mem<'_> {
                     let child = self.drv.graph_child(node)?;
                     self.collect_memory_nodes(child, e, depth + 1)?;
                 }
+                // Bodies vgpu does not look into: whatever they allocate is
+                // charged after each launch (every device settled).
+                CU_GRAPH_NODE_TYPE_GRAPH | CU_GRAPH_NODE_TYPE_CONDITIONAL => e.unlisted = true,
                 _ => {}
             }
         }

@@ -528,6 +528,19 @@ fn memory_nodes_of_child_graphs_are_found() {
     let e = f.instantiate(parent, 0).unwrap();
     assert_eq!(f.launch(e), CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     assert_eq!(f.drv.in_use(0), 0);
+    // Nested past what vgpu looks into: charged after each launch.
+    let (deep, _) = f.drv.graph(&[(0, 100 * MIB)], &[]);
+    let mut top = deep;
+    for _ in 0..9 {
+        let (g, _) = f.drv.graph(&[], &[]);
+        f.drv.add_child(g, top);
+        top = g;
+    }
+    assert!(f.mem().graph_memory_nodes(top).unwrap().unlisted);
+    let e = f.instantiate(top, 0).unwrap();
+    assert_eq!(f.launch(e), SUCCESS);
+    assert_eq!(f.used(0), 100 * MIB);
+    f.assert_truth();
 }
 
 #[test]
