@@ -70,6 +70,13 @@ WEAK(cuGraphLaunch);
 WEAK(cuGraphExecDestroy);
 WEAK(cuGraphDestroy);
 WEAK(cuDeviceGetGraphMemAttribute);
+WEAK(cuDeviceGraphMemTrim);
+WEAK(cuGraphGetNodes);
+WEAK(cuGraphNodeGetType);
+WEAK(cuStreamBeginCaptureToGraph);
+WEAK(cuStreamEndCapture);
+WEAK(cuMemAllocAsync);
+WEAK(cuMemFreeAsync);
 WEAK(cuMemcpyHtoD_v2);
 WEAK(cuMemcpyDtoH_v2);
 
@@ -226,8 +233,15 @@ static void test_link(void) {
     OK_CU(cuLinkDestroy, st);
 }
 
+static cuuint64_t graph_mem(CUdevice dev, CUgraphMem_attribute a) {
+    cuuint64_t v = 0;
+    return CU(cuDeviceGetGraphMemAttribute, dev, a, &v) == CUDA_SUCCESS ? v : ~0ull;
+}
+
 /* Stream-ordered allocation in a graph: the memory exists (and counts as
- * device memory) from the alloc node to the free node. */
+ * device memory) from the alloc node on; freed, it stays reserved by the
+ * graph allocator (cuda.h: cached "for use with graphs") until
+ * cuDeviceGraphMemTrim gives it back. */
 static void test_graph_memory(CUdevice dev) {
     CUgraph ga = NULL, gf = NULL;
     if (!OK_CU(cuGraphCreate, &ga, 0) || !OK_CU(cuGraphCreate, &gf, 0))
@@ -265,11 +279,61 @@ static void test_graph_memory(CUdevice dev) {
     CHECK(y == x, "graph memory holds bytes");
     OK_CU(cuGraphLaunch, ef, 0);
     OK_CU(cuCtxSynchronize);
-    CHECK(free_mem() >= before, "after the free node runs, it is given back");
+    CHECK(graph_mem(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) >= 64 * MiB,
+          "after the free node runs, the graph allocator keeps the memory reserved (%llu)",
+          (unsigned long long)graph_mem(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
     OK_CU(cuGraphExecDestroy, ea);
     OK_CU(cuGraphExecDestroy, ef);
     OK_CU(cuGraphDestroy, ga);
     OK_CU(cuGraphDestroy, gf);
+    OK_CU(cuDeviceGraphMemTrim, dev);
+    CHECK(graph_mem(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == 0,
+          "cuDeviceGraphMemTrim gives the unused graph memory back (reserved %llu)",
+          (unsigned long long)graph_mem(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(free_mem() >= before, "after the trim the device has it back");
+}
+
+/* A stream-ordered allocation captured into an existing graph
+ * (cuStreamBeginCaptureToGraph, CUDA 12.3) is an alloc node, not an
+ * allocation: nothing is reserved until the graph runs. */
+static void test_captured_graph_memory(CUdevice dev) {
+    CUstream s = NULL;
+    CUgraph g = NULL, got = NULL;
+    if (!OK_CU(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING) || !OK_CU(cuGraphCreate, &g, 0))
+        return;
+    cuuint64_t res0 = graph_mem(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+    size_t before = free_mem();
+    CUdeviceptr d = 0;
+    if (!OK_CU(cuStreamBeginCaptureToGraph, s, g, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL))
+        return;
+    OK_CU(cuMemAllocAsync, &d, 32 * MiB, s);
+    OK_CU(cuMemFreeAsync, d, s);
+    OK_CU(cuStreamEndCapture, s, &got);
+    CHECK(got == g, "the capture ends into the graph it began in");
+    CHECK(d != 0 && free_mem() + 2 * MiB >= before, "a captured cuMemAllocAsync takes no memory (%zu MiB)",
+          (size_t)((before - free_mem()) / MiB));
+    size_t n = 8;
+    CUgraphNode nodes[8];
+    CUgraphNodeType t0 = CU_GRAPH_NODE_TYPE_EMPTY, t1 = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (OK_CU(cuGraphGetNodes, g, nodes, &n) && n == 2) {
+        OK_CU(cuGraphNodeGetType, nodes[0], &t0);
+        OK_CU(cuGraphNodeGetType, nodes[1], &t1);
+    }
+    CHECK(n == 2 && t0 == CU_GRAPH_NODE_TYPE_MEM_ALLOC && t1 == CU_GRAPH_NODE_TYPE_MEM_FREE,
+          "captured cuMemAllocAsync/cuMemFreeAsync are memory nodes (%zu nodes, types %d %d)", n, (int)t0,
+          (int)t1);
+    CUgraphExec e = NULL;
+    if (OK_CU(cuGraphInstantiateWithFlags, &e, g, 0)) {
+        OK_CU(cuGraphLaunch, e, s);
+        OK_CU(cuStreamSynchronize, s);
+        CHECK(graph_mem(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) >= res0 + 32 * MiB,
+              "its launch backs the allocation from the graph allocator");
+        OK_CU(cuGraphExecDestroy, e);
+    }
+    OK_CU(cuGraphDestroy, g);
+    OK_CU(cuStreamDestroy_v2, s);
+    OK_CU(cuDeviceGraphMemTrim, dev);
+    CHECK(graph_mem(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == 0, "trimmed again");
 }
 
 int main(void) {
@@ -289,6 +353,7 @@ int main(void) {
     test_jit();
     test_link();
     test_graph_memory(dev);
+    test_captured_graph_memory(dev);
     OK_CU(cuDevicePrimaryCtxRelease_v2, dev);
     return finish();
 }

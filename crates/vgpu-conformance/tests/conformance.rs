@@ -74,6 +74,10 @@ fn queries_jit_linking_and_graph_memory_on_two_devices() {
     let h = sim(SimOptions::default().devices(2));
     let r = run(&program("cuda_query"), &[], &h.env()).unwrap();
     assert!(r.stdout.contains("PASS device 0 reaches device 1"), "{r}");
+    // Graph memory as the driver keeps it: reserved after a free until a
+    // trim; a captured stream-ordered allocation is a node, backed at launch.
+    assert!(r.stdout.contains("PASS cuDeviceGraphMemTrim gives"), "{r}");
+    assert!(r.stdout.contains("PASS its launch backs"), "{r}");
     assert_ok(&r);
 }
 

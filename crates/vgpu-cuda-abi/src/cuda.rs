@@ -301,6 +301,20 @@ pub struct CUmemPoolProps {
     pub reserved: [u8; 54],
 }
 
+impl Default for CUmemPoolProps {
+    fn default() -> Self {
+        CUmemPoolProps {
+            allocType: 0,
+            handleTypes: 0,
+            location: CUmemLocation::default(),
+            win32SecurityAttributes: std::ptr::null_mut(),
+            maxSize: 0,
+            usage: 0,
+            reserved: [0; 54],
+        }
+    }
+}
+
 pub type CUmemPool_attribute = c_uint;
 pub const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: c_uint = 1;
 pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: c_uint = 2;

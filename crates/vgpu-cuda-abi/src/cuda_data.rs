@@ -3,7 +3,7 @@
 //! attributes, P2P). Layouts pinned by `vgpu-conformance`'s layout test.
 use std::ffi::{c_uint, c_void};
 
-use crate::cuda::{CUarray, CUdeviceptr, CUmemAccessDesc, CUmemPoolProps};
+use crate::cuda::{CUarray, CUdeviceptr, CUgraphNode, CUmemAccessDesc, CUmemPoolProps, CUstream};
 
 pub type CUmemorytype = c_uint;
 pub const CU_MEMORYTYPE_HOST: c_uint = 1;
@@ -119,11 +119,59 @@ pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
     pub dptr: CUdeviceptr,
 }
 
+impl Default for CUDA_MEM_ALLOC_NODE_PARAMS {
+    fn default() -> Self {
+        CUDA_MEM_ALLOC_NODE_PARAMS {
+            poolProps: CUmemPoolProps::default(),
+            accessDescs: std::ptr::null(),
+            accessDescCount: 0,
+            bytesize: 0,
+            dptr: 0,
+        }
+    }
+}
+
 pub type CUgraphMem_attribute = c_uint;
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_uint = 0;
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: c_uint = 1;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_uint = 2;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_uint = 3;
+
+/// `CUgraphNodeType` (an enum in C, int-sized): the kinds vgpu looks for.
+pub type CUgraphNodeType = c_uint;
+pub const CU_GRAPH_NODE_TYPE_KERNEL: c_uint = 0;
+pub const CU_GRAPH_NODE_TYPE_GRAPH: c_uint = 4;
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_uint = 10;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_uint = 11;
+pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: c_uint = 13;
+
+/// `CUgraphInstantiate_flags`.
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: u64 = 4;
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY: u64 = 8;
+/// `CUgraphInstantiateResult`: `CUDA_GRAPH_INSTANTIATE_SUCCESS`.
+pub const CUDA_GRAPH_INSTANTIATE_SUCCESS: c_uint = 0;
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (`cuGraphInstantiateWithParams`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct CUDA_GRAPH_INSTANTIATE_PARAMS {
+    pub flags: u64,
+    pub hUploadStream: CUstream,
+    pub hErrNode_out: CUgraphNode,
+    pub result_out: c_uint,
+}
+
+/// `CUgraphEdgeData` (`cuStreamBeginCaptureToGraph`'s dependency data).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct CUgraphEdgeData {
+    pub from_port: u8,
+    pub to_port: u8,
+    pub type_: u8,
+    pub reserved: [u8; 5],
+}
 
 pub type CUlimit = c_uint;
 pub const CU_LIMIT_STACK_SIZE: c_uint = 0;

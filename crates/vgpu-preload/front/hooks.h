@@ -4,7 +4,7 @@
 #ifndef VGPU_FRONT_HOOKS_H
 #define VGPU_FRONT_HOOKS_H
 
-#define HOOK_COUNT 90
+#define HOOK_COUNT 101
 
 #define HOOKS(X) \
     X(0, cuGetProcAddress, c) \
@@ -64,39 +64,50 @@
     X(54, cuLaunchCooperativeKernelMultiDevice, c) \
     X(55, cuGraphLaunch, c) \
     X(56, cuGraphLaunch_ptsz, c) \
-    X(57, cuStreamBeginCapture, c) \
-    X(58, cuStreamBeginCapture_ptsz, c) \
-    X(59, cuStreamBeginCapture_v2, c) \
-    X(60, cuStreamBeginCapture_v2_ptsz, c) \
-    X(61, cuStreamEndCapture, c) \
-    X(62, cuStreamEndCapture_ptsz, c) \
-    X(63, cuStreamQuery, c) \
-    X(64, cuStreamQuery_ptsz, c) \
-    X(65, cuEventQuery, c) \
-    X(66, cuMemcpyHtoD_v2, c) \
-    X(67, cuMemcpyHtoD_v2_ptds, c) \
-    X(68, cuMemcpyDtoH_v2, c) \
-    X(69, cuMemcpyDtoH_v2_ptds, c) \
-    X(70, cuMemcpyDtoD_v2, c) \
-    X(71, cuMemcpyDtoD_v2_ptds, c) \
-    X(72, nvmlDeviceGetCount_v2, n) \
-    X(73, nvmlDeviceGetCount, n) \
-    X(74, nvmlDeviceGetHandleByIndex_v2, n) \
-    X(75, nvmlDeviceGetHandleByIndex, n) \
-    X(76, nvmlDeviceGetIndex, n) \
-    X(77, nvmlDeviceGetMemoryInfo, n) \
-    X(78, nvmlDeviceGetMemoryInfo_v2, n) \
-    X(79, nvmlDeviceGetComputeRunningProcesses_v3, n) \
-    X(80, nvmlDeviceGetComputeRunningProcesses_v2, n) \
-    X(81, nvmlDeviceGetComputeRunningProcesses, n) \
-    X(82, nvmlDeviceGetGraphicsRunningProcesses_v3, n) \
-    X(83, nvmlDeviceGetGraphicsRunningProcesses_v2, n) \
-    X(84, nvmlDeviceGetGraphicsRunningProcesses, n) \
-    X(85, nvmlDeviceGetMPSComputeRunningProcesses_v3, n) \
-    X(86, nvmlDeviceGetMPSComputeRunningProcesses_v2, n) \
-    X(87, nvmlDeviceGetMPSComputeRunningProcesses, n) \
-    X(88, nvmlDeviceGetProcessUtilization, n) \
-    X(89, nvmlDeviceGetUtilizationRates, n) \
+    X(57, cuGraphInstantiate, c) \
+    X(58, cuGraphInstantiate_v2, c) \
+    X(59, cuGraphInstantiateWithFlags, c) \
+    X(60, cuGraphInstantiateWithParams, c) \
+    X(61, cuGraphInstantiateWithParams_ptsz, c) \
+    X(62, cuGraphUpload, c) \
+    X(63, cuGraphUpload_ptsz, c) \
+    X(64, cuGraphExecDestroy, c) \
+    X(65, cuDeviceGraphMemTrim, c) \
+    X(66, cuStreamBeginCapture, c) \
+    X(67, cuStreamBeginCapture_ptsz, c) \
+    X(68, cuStreamBeginCapture_v2, c) \
+    X(69, cuStreamBeginCapture_v2_ptsz, c) \
+    X(70, cuStreamBeginCaptureToGraph, c) \
+    X(71, cuStreamBeginCaptureToGraph_ptsz, c) \
+    X(72, cuStreamEndCapture, c) \
+    X(73, cuStreamEndCapture_ptsz, c) \
+    X(74, cuStreamQuery, c) \
+    X(75, cuStreamQuery_ptsz, c) \
+    X(76, cuEventQuery, c) \
+    X(77, cuMemcpyHtoD_v2, c) \
+    X(78, cuMemcpyHtoD_v2_ptds, c) \
+    X(79, cuMemcpyDtoH_v2, c) \
+    X(80, cuMemcpyDtoH_v2_ptds, c) \
+    X(81, cuMemcpyDtoD_v2, c) \
+    X(82, cuMemcpyDtoD_v2_ptds, c) \
+    X(83, nvmlDeviceGetCount_v2, n) \
+    X(84, nvmlDeviceGetCount, n) \
+    X(85, nvmlDeviceGetHandleByIndex_v2, n) \
+    X(86, nvmlDeviceGetHandleByIndex, n) \
+    X(87, nvmlDeviceGetIndex, n) \
+    X(88, nvmlDeviceGetMemoryInfo, n) \
+    X(89, nvmlDeviceGetMemoryInfo_v2, n) \
+    X(90, nvmlDeviceGetComputeRunningProcesses_v3, n) \
+    X(91, nvmlDeviceGetComputeRunningProcesses_v2, n) \
+    X(92, nvmlDeviceGetComputeRunningProcesses, n) \
+    X(93, nvmlDeviceGetGraphicsRunningProcesses_v3, n) \
+    X(94, nvmlDeviceGetGraphicsRunningProcesses_v2, n) \
+    X(95, nvmlDeviceGetGraphicsRunningProcesses, n) \
+    X(96, nvmlDeviceGetMPSComputeRunningProcesses_v3, n) \
+    X(97, nvmlDeviceGetMPSComputeRunningProcesses_v2, n) \
+    X(98, nvmlDeviceGetMPSComputeRunningProcesses, n) \
+    X(99, nvmlDeviceGetProcessUtilization, n) \
+    X(100, nvmlDeviceGetUtilizationRates, n) \
 
 #define HOOK_NAME(i, name, lib) #name "\0"
 #define HOOK_LIB(i, name, lib) #lib

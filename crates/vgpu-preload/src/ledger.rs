@@ -504,6 +504,19 @@ impl Ledger {
     /// bound, an ordinal past the region's devices has nothing to charge.
     /// A size no counter can hold is refused, never wrapped.
     pub fn reserve(&self, ord: u32, kind: Kind, bytes: u64) -> Result<(), OverLimit> {
+        self.admit(ord, kind, bytes, true)
+    }
+
+    /// Records `bytes` the driver already holds for this process whatever
+    /// the budget says (memory it backed beyond what was admitted): the
+    /// ledger must show what the device holds, so that nothing more is
+    /// admitted until it comes back under the budget. Only a size no counter
+    /// can hold is refused.
+    pub fn record_over_budget(&self, ord: u32, kind: Kind, bytes: u64) -> Result<(), OverLimit> {
+        self.admit(ord, kind, bytes, false)
+    }
+
+    fn admit(&self, ord: u32, kind: Kind, bytes: u64, enforce: bool) -> Result<(), OverLimit> {
         if bytes > vgpu_region::MAX_RESERVATION {
             return Err(OverLimit {
                 limit: self.mem_limit(ord).unwrap_or(0),
@@ -527,6 +540,7 @@ impl Ledger {
         let limit = match at
             .budget
             .and_then(|w| decode_budget(w.load(Ordering::Acquire)))
+            .filter(|_| enforce)
         {
             Some(0) => {
                 return Err(OverLimit {
@@ -700,6 +714,45 @@ pub struct PoolCharge {
     pub charged: u64,
 }
 
+/// A graph allocation an executable makes when it runs: its address
+/// (fixed when the node was made), CUDA ordinal and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphAlloc {
+    pub dptr: u64,
+    pub dev: u32,
+    pub bytes: u64,
+}
+
+/// An executable graph with memory nodes, as instantiated: what its
+/// launches allocate and free, and whether each launch first frees what the
+/// previous one left (`CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GraphExec {
+    pub allocs: Vec<GraphAlloc>,
+    pub frees: Vec<u64>,
+    pub auto_free: bool,
+    /// The driver could not list the graph's nodes: its launches are not
+    /// admitted, only settled (every visible device) after the driver ran
+    /// them.
+    pub unlisted: bool,
+}
+
+/// This process's graph memory.
+#[derive(Default)]
+pub struct Graphs {
+    /// Per CUDA ordinal: bytes charged for the driver's graph allocator
+    /// (its `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT` as last settled).
+    pub charged: Map<u32, u64>,
+    /// Executables with memory nodes, by handle.
+    pub execs: Map<usize, GraphExec>,
+    /// Graph allocations a launch made and nothing freed yet:
+    /// address -> (ordinal, bytes).
+    pub live: Map<u64, (u32, u64)>,
+    /// Per ordinal: the executable whose launch or upload last backed graph
+    /// memory there (the memory it freed is still its own to reuse).
+    pub last: Map<u32, usize>,
+}
+
 /// A cheap hasher for pointer and handle keys (the allocation hot path):
 /// one folded 64x64->128 multiply, which mixes the low bits that aligned
 /// device pointers leave zero. Keys come from the driver, not an attacker.
@@ -753,12 +806,18 @@ pub struct Tables {
 
 /// The charge tables of one process, each behind its own short lock (never
 /// held across a driver call, except `primary`: a retain count must move
-/// with the driver's own).
+/// with the driver's own, and `graphs`: a graph launch is admitted, made
+/// and settled as one step, so two launches never count on the same
+/// memory).
 #[derive(Default)]
 pub struct Charges {
     pub tables: Mutex<Tables>,
     /// Primary-context retain count, charge and handle per device.
     pub primary: Mutex<Map<u32, Primary>>,
+    pub graphs: Mutex<Graphs>,
+    /// Executables with memory nodes (`graphs.execs.len()`): a launch of
+    /// any other graph costs this one load.
+    pub graph_execs: std::sync::atomic::AtomicUsize,
 }
 
 impl Charges {
@@ -770,6 +829,10 @@ impl Charges {
 
     pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, Primary>> {
         self.primary.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn graphs(&self) -> std::sync::MutexGuard<'_, Graphs> {
+        self.graphs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

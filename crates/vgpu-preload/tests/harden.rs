@@ -992,3 +992,177 @@ fn no_lookup_function_reaches_past_the_hooks() {
     let by_version = f.get("dlvsym_driver_name").map(String::as_str);
     assert!(matches!(by_version, Some("4" | "missing")), "{f:?}");
 }
+
+// ---------------------------------------------- graph memory (issue 18 §2)
+
+/// A process of a container with a 1 GiB budget and no context estimate;
+/// (client, region, the sim's device 0 use before it allocated anything).
+fn graph_client(s: &SimHandle, cache: &Path) -> (Client, vgpu_region::Region, u64) {
+    let e = env(
+        s,
+        Some(cache),
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("LIBVGPU_CONTEXT_MEMORY", "0"),
+        ],
+    );
+    let mut c = Client::start(&e);
+    assert_eq!(c.rc("init"), OK);
+    let r = vgpu_region::Region::open(cache).unwrap();
+    let base = s.state().unwrap().used_bytes(0);
+    (c, r, base)
+}
+
+/// What the simulated driver holds for the process on device 0.
+fn held(s: &SimHandle, base: u64) -> u64 {
+    s.state().unwrap().used_bytes(0) - base
+}
+
+/// The ledger equals what the driver holds, and both are within the budget.
+#[track_caller]
+fn assert_truth(s: &SimHandle, r: &vgpu_region::Region, base: u64, what: &str) {
+    let h = held(s, base);
+    assert_eq!(
+        r.device_used(0),
+        h,
+        "{what}: the ledger and the driver disagree"
+    );
+    assert!(
+        h <= GIB,
+        "{what}: the device holds {h} B under a 1 GiB budget"
+    );
+}
+
+#[test]
+fn six_graph_alloc_nodes_past_the_budget_are_refused_at_launch() {
+    // Before: cuGraphAddMemAllocNode was not seen; six 512 MiB alloc nodes
+    // launched under a 1 GiB budget put 3 GiB on the device, the ledger
+    // showed none of it and cuMemGetInfo the whole budget free. After: the
+    // launch is refused before the driver runs it; nothing is on the device.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, r, base) = graph_client(&s, &dir.path().join("r.cache"));
+    assert_eq!(c.rc(&format!("graph 6 {}", 512 * MIB)), OK);
+    assert_eq!(c.rc("ginst 0"), OK);
+    let f = c.ask("glaunch");
+    assert_eq!(num(&f, "rc"), OOM, "{f:?}");
+    assert_eq!(held(&s, base), 0, "the refused launch backed nothing");
+    assert_truth(&s, &r, base, "refused launch");
+    assert_eq!(c.info(), (GIB, GIB));
+    // Uploading backs the same memory: refused the same way.
+    assert_eq!(c.rc("gupload"), OOM);
+    assert_truth(&s, &r, base, "refused upload");
+    // Two of them fit, and are charged as the driver backs them.
+    assert_eq!(c.rc("gexecdestroy"), OK);
+    assert_eq!(c.rc(&format!("graph 2 {}", 512 * MIB)), OK);
+    assert_eq!(c.rc("ginst 0"), OK);
+    assert_eq!(c.rc("glaunch"), OK);
+    assert_eq!(held(&s, base), GIB);
+    assert_truth(&s, &r, base, "two nodes launched");
+    assert_eq!(c.info().0, 0, "cuMemGetInfo: nothing free");
+    assert_eq!(c.rc("alloc 1"), OOM, "the budget is full");
+    assert!(c.quit().contains("CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_eq!(r.device_used(0), 0, "released at exit");
+}
+
+#[test]
+fn graph_memory_is_charged_as_the_driver_backs_it_and_trim_returns_it() {
+    // Before: a graph's 384 MiB were on the device and in no ledger. After:
+    // the ledger follows the graph allocator's reserved memory: charged at
+    // the launch, kept after the allocation is freed (the driver keeps it
+    // for the next graph), reused by a relaunch, returned by a trim.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, r, base) = graph_client(&s, &dir.path().join("r.cache"));
+    assert_eq!(c.rc(&format!("graph 1 {}", 384 * MIB)), OK);
+    assert_eq!(c.rc("ginst 0"), OK);
+    assert_truth(&s, &r, base, "instantiated");
+    assert_eq!(c.rc("glaunch"), OK);
+    assert_eq!(held(&s, base), 384 * MIB);
+    assert_truth(&s, &r, base, "launched");
+    assert_eq!(c.info().0, GIB - 384 * MIB);
+    assert_eq!(c.rc(&format!("alloc {}", GIB - 384 * MIB + 1)), OOM);
+    // Launched again before its allocation is freed: the driver refuses.
+    assert_eq!(c.rc("glaunch"), 1, "CUDA_ERROR_INVALID_VALUE");
+    assert_truth(&s, &r, base, "relaunch refused by the driver");
+    // Freed outside the graph: the graph allocator keeps the memory.
+    assert_eq!(c.rc("gfree"), OK);
+    let g = c.ask("gmem");
+    assert_eq!((num(&g, "used"), num(&g, "reserved")), (0, 384 * MIB));
+    assert_truth(&s, &r, base, "freed, still reserved");
+    // The relaunch reuses it; freed in stream order this time.
+    assert_eq!(c.rc("glaunch"), OK);
+    assert_truth(&s, &r, base, "relaunched");
+    assert_eq!(held(&s, base), 384 * MIB, "reused, not grown");
+    assert_eq!(c.rc("gfreeasync"), OK);
+    assert_truth(&s, &r, base, "freed in stream order");
+    // Destroying the executable leaves the memory with the allocator; the
+    // trim returns it, and the whole budget is there again.
+    assert_eq!(c.rc("gexecdestroy"), OK);
+    assert_eq!(r.device_used(0), 384 * MIB);
+    assert_truth(&s, &r, base, "executable destroyed");
+    assert_eq!(c.rc("gtrim"), OK);
+    assert_eq!(r.device_used(0), 0, "the trim returned the charge");
+    assert_truth(&s, &r, base, "trimmed");
+    // A graph that frees its own allocation, relaunched with
+    // AUTO_FREE_ON_LAUNCH: one backing, however many launches.
+    assert_eq!(c.rc(&format!("graph 2 {} free", 256 * MIB)), OK);
+    assert_eq!(c.rc("ginst 1"), OK);
+    for i in 0..3 {
+        assert_eq!(c.rc("glaunch"), OK, "launch {i}");
+        assert_truth(&s, &r, base, "in-graph free");
+        assert_eq!(held(&s, base), 512 * MIB);
+    }
+    assert_eq!(c.rc(&format!("graph 1 {}", 512 * MIB)), OK);
+    assert_eq!(c.rc("ginst 1"), OK);
+    for i in 0..3 {
+        assert_eq!(c.rc("glaunch"), OK, "auto-free launch {i}");
+        assert_truth(&s, &r, base, "auto-free relaunch");
+    }
+    assert_eq!(c.rc(&format!("alloc {GIB}")), OOM);
+    assert_eq!(c.rc("gfree"), OK);
+    assert_eq!(c.rc("gtrim"), OK);
+    assert_truth(&s, &r, base, "all trimmed");
+    assert_eq!(r.device_used(0), 0);
+    assert_eq!(c.rc(&format!("alloc {GIB}")), OK, "the whole budget again");
+    c.quit();
+}
+
+#[test]
+fn a_captured_stream_ordered_allocation_is_graph_memory() {
+    // Before: cuMemAllocAsync captured into a graph (cuStreamBeginCaptureToGraph
+    // was not hooked) was charged to the pool, settled back to nothing, and
+    // the graph's launch then put 640 MiB on the device uncharged. After:
+    // nothing is charged while capturing; the launch is admitted and charged
+    // like any graph memory.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, r, base) = graph_client(&s, &dir.path().join("r.cache"));
+    let f = c.ask(&format!("gcapture {} free", 640 * MIB));
+    assert_eq!((num(&f, "rc"), num(&f, "alloc_rc")), (OK, OK), "{f:?}");
+    assert_truth(&s, &r, base, "captured");
+    assert_eq!(r.device_used(0), 0, "a captured allocation is not charged");
+    assert_eq!(c.rc("ginst 0"), OK);
+    assert_eq!(c.rc("glaunch"), OK);
+    assert_eq!(held(&s, base), 640 * MIB);
+    assert_truth(&s, &r, base, "captured graph launched");
+    assert_eq!(c.rc(&format!("alloc {}", 384 * MIB + 1)), OOM);
+    // Another captured graph of the same size: its first launch may not
+    // count on the first one's memory (on a real GPU that graph may still
+    // be running), so the unused graph memory is trimmed to make room.
+    let f = c.ask(&format!("gcapture {} free", 640 * MIB));
+    assert_eq!(num(&f, "rc"), OK, "{f:?}");
+    assert_eq!(c.rc("ginst 0"), OK);
+    assert_eq!(c.rc("glaunch"), OK);
+    assert_truth(&s, &r, base, "second captured graph");
+    // Past the budget: the capture is fine, the launch is refused.
+    let f = c.ask(&format!("gcapture {} new", 1536 * MIB));
+    assert_eq!((num(&f, "rc"), num(&f, "alloc_rc")), (OK, OK), "{f:?}");
+    assert_eq!(c.rc("ginst 0"), OK);
+    assert_eq!(c.rc("glaunch"), OOM);
+    assert_truth(&s, &r, base, "refused captured graph");
+    assert_eq!(c.rc("gtrim"), OK);
+    assert_eq!(r.device_used(0), 0);
+    assert_truth(&s, &r, base, "trimmed");
+    c.quit();
+}

@@ -225,10 +225,12 @@ pub struct Inner {
     pub node_index: HashMap<u64, (u64, usize)>,
     /// Modules whose kernels could not be read: any name resolves.
     pub open_modules: std::collections::HashSet<u64>,
-    /// Graph allocations live now, per device: (current, high) bytes.
-    pub graph_mem: HashMap<usize, (u64, u64)>,
+    /// This process's graph memory per device (`cuDeviceGetGraphMemAttribute`).
+    pub graph_mem: HashMap<usize, crate::query::GraphMem>,
     /// Live graph allocations: address -> (device, size).
     pub graph_live: HashMap<u64, (usize, u64)>,
+    /// Executables instantiated with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
+    pub exec_auto_free: std::collections::HashSet<u64>,
     /// Per-context limits set by `cuCtxSetLimit`, cache configs, and
     /// peer access granted by `cuCtxEnablePeerAccess`.
     pub limits: HashMap<(u64, u32), u64>,
@@ -543,9 +545,11 @@ impl Driver {
         for p in dead {
             if let Some(a) = g.allocs.remove(&p) {
                 self.free_alloc(g, p, &a);
-                crate::query::forget_graph_alloc(g, p);
             }
         }
+        // The context's graph memory goes with it, the device's cached
+        // graph memory too.
+        self.graph_trim_locked(g, c.dev);
         let dead: Vec<u64> = g
             .arrays
             .iter()
@@ -757,6 +761,10 @@ impl Driver {
             self.m.ipc_forget(token, nonce);
         }
         crate::data::release_bytes(g, p, a);
+        if crate::query::graph_alloc_freed(g, p) {
+            // Back to the device's graph memory, reserved until a trim.
+            return;
+        }
         let AllocKind::Pool(pool, _) = &a.kind else {
             // Managed memory is unmapped as the last `Arc` drops.
             self.m.unreserve(a.dev, a.charged);
@@ -813,7 +821,6 @@ impl Driver {
             .remove(&p)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         self.free_alloc(&mut g, p, &a);
-        crate::query::forget_graph_alloc(&mut g, p);
         drop(g);
         if matches!(a.kind, AllocKind::Pool(..)) {
             // cuMemFree of a stream-ordered allocation synchronizes first.
@@ -1092,8 +1099,20 @@ impl Driver {
             .checked_next_multiple_of(GRANULARITY)
             .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         let mut g = self.lock();
+        let (dev, host) = {
+            let pl = Self::pool_mut(&mut g, pool)?;
+            (pl.dev, pl.host)
+        };
+        if let Some(&graph) = g.captures.get(&stream) {
+            // Captured: a graph memory node, made when the graph runs it.
+            if host {
+                return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            }
+            let dptr = g.va(size, GRANULARITY, false)?;
+            Self::add_node(&mut g, graph, GraphNode::MemAlloc { dptr, size, dev });
+            return Ok(dptr);
+        }
         let pl = Self::pool_mut(&mut g, pool)?;
-        let (dev, host) = (pl.dev, pl.host);
         let grow = charged.saturating_sub(pl.unused());
         if pl.max_size != 0 && pl.reserved + grow > pl.max_size {
             return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
@@ -1138,8 +1157,17 @@ impl Driver {
     pub fn pool_free(&self, p: u64, stream: u64) -> R {
         self.stream_ctx(stream)?;
         let mut g = self.lock();
+        if let Some(&graph) = g.captures.get(&stream) {
+            // Captured: a free node of a graph allocation.
+            if !crate::query::is_graph_alloc(&g, p) {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            Self::add_node(&mut g, graph, GraphNode::MemFree { dptr: p });
+            return Ok(());
+        }
         match g.allocs.get(&p) {
-            Some(a) if matches!(a.kind, AllocKind::Pool(..)) => {}
+            // Graph allocations may be freed in stream order too (cuda.h).
+            Some(a) if matches!(a.kind, AllocKind::Pool(..)) || g.graph_live.contains_key(&p) => {}
             Some(_) | None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
         if let Some(a) = g.allocs.remove(&p) {
@@ -1750,7 +1778,8 @@ impl Driver {
         id
     }
 
-    pub fn graph_instantiate(&self, graph: u64) -> R<u64> {
+    /// `cuGraphInstantiate*` with `flags` (`CUgraphInstantiate_flags`).
+    pub fn graph_instantiate(&self, graph: u64, flags: u64) -> R<u64> {
         let mut g = self.lock();
         let nodes = g
             .graphs
@@ -1759,16 +1788,45 @@ impl Driver {
             .clone();
         let id = g.id(T_EXEC);
         g.execs.insert(id, nodes);
+        if flags & vgpu_cuda_abi::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0 {
+            g.exec_auto_free.insert(id);
+        }
         Ok(id)
     }
 
+    /// `cuGraphUpload`: this driver backs graph memory when a launch
+    /// reaches the node, so an upload only checks its arguments.
+    pub fn graph_upload(&self, exec: u64, stream: u64) -> R {
+        self.stream_ctx(stream)?;
+        if !self.lock().execs.contains_key(&exec) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    }
+
     pub fn graph_launch(&self, exec: u64, stream: u64, per_thread: bool) -> R {
-        let nodes = self
-            .lock()
-            .execs
-            .get(&exec)
-            .cloned()
-            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let (nodes, auto_free) = {
+            let g = self.lock();
+            let nodes = g
+                .execs
+                .get(&exec)
+                .cloned()
+                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            (nodes, g.exec_auto_free.contains(&exec))
+        };
+        // An allocation of an earlier launch still live: freed first with
+        // AUTO_FREE_ON_LAUNCH, else the launch fails before running
+        // anything (cuda.h, cuGraphLaunch).
+        for n in &nodes {
+            if let GraphNode::MemAlloc { dptr, .. } = *n {
+                if self.lock().graph_live.contains_key(&dptr) {
+                    if !auto_free {
+                        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+                    }
+                    self.graph_free(dptr)?;
+                }
+            }
+        }
         for n in nodes {
             match n {
                 GraphNode::Kernel(k) => self.launch(&k, stream, per_thread, false)?,
@@ -1783,6 +1841,12 @@ impl Driver {
     /// stream; the default streams are refused, as the driver refuses the
     /// legacy one) is appended to a new graph until `end_capture`.
     pub fn begin_capture(&self, stream: u64) -> R {
+        self.begin_capture_into(stream, None)
+    }
+
+    /// `cuStreamBeginCaptureToGraph*`: as `begin_capture`, appending to an
+    /// existing graph.
+    pub fn begin_capture_into(&self, stream: u64, into: Option<u64>) -> R {
         if stream == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD {
             return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
@@ -1791,8 +1855,15 @@ impl Driver {
         if g.captures.contains_key(&stream) {
             return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
         }
-        let graph = g.id(T_GRAPH);
-        g.graphs.insert(graph, Vec::new());
+        let graph = match into {
+            Some(gr) if g.graphs.contains_key(&gr) => gr,
+            Some(_) => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            None => {
+                let gr = g.id(T_GRAPH);
+                g.graphs.insert(gr, Vec::new());
+                gr
+            }
+        };
         g.captures.insert(stream, graph);
         Ok(())
     }
@@ -1814,8 +1885,9 @@ impl Driver {
     }
 
     pub fn graph_exec_destroy(&self, exec: u64) -> R {
-        self.lock()
-            .execs
+        let mut g = self.lock();
+        g.exec_auto_free.remove(&exec);
+        g.execs
             .remove(&exec)
             .map(|_| ())
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)

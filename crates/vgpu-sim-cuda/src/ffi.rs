@@ -1205,6 +1205,14 @@ cu! {
     fn cuStreamBeginCapture_ptsz(s: CUstream) { drv()?.begin_capture(h(s.0)) }
     fn cuStreamBeginCapture_v2(s: CUstream, _mode: CUstreamCaptureMode) { drv()?.begin_capture(h(s.0)) }
     fn cuStreamBeginCapture_v2_ptsz(s: CUstream, _mode: CUstreamCaptureMode) { drv()?.begin_capture(h(s.0)) }
+    fn cuStreamBeginCaptureToGraph(s: CUstream, g: CUgraph, deps: *const CUgraphNode, _data: *const CUgraphEdgeData, n: usize, _mode: CUstreamCaptureMode) {
+        // SAFETY: `deps` holds `n` handles (C contract).
+        unsafe { begin_capture_to_graph(s, g, deps, n) }
+    }
+    fn cuStreamBeginCaptureToGraph_ptsz(s: CUstream, g: CUgraph, deps: *const CUgraphNode, _data: *const CUgraphEdgeData, n: usize, _mode: CUstreamCaptureMode) {
+        // SAFETY: as cuStreamBeginCaptureToGraph.
+        unsafe { begin_capture_to_graph(s, g, deps, n) }
+    }
     fn cuStreamEndCapture(s: CUstream, g: *mut CUgraph) { end_capture(s, g) }
     fn cuStreamEndCapture_ptsz(s: CUstream, g: *mut CUgraph) { end_capture(s, g) }
     fn cuStreamIsCapturing(s: CUstream, st: *mut CUstreamCaptureStatus) { is_capturing(s, st) }
@@ -1281,13 +1289,28 @@ cu! {
         // SAFETY: node/deps/kernelParams per the C contract.
         unsafe { graph_add_kernel(node, g, deps, ndeps, n, k.kernelParams) }
     }
-    fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, g: CUgraph, _flags: u64) {
-        if exec.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let id = drv()?.graph_instantiate(h(g.0))?;
-        // SAFETY: non-null out-pointer from the caller.
-        unsafe { out(exec, CUgraphExec(p(id))) }
+    fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, g: CUgraph, flags: u64) {
+        // SAFETY: same out-pointer contract.
+        unsafe { cuGraphInstantiateWithFlags_impl(exec, g, flags) }
+    }
+    fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, g: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) {
+        // SAFETY: out-pointer and in/out struct from the caller.
+        unsafe { graph_instantiate_with_params(exec, g, params) }
+    }
+    fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, g: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) {
+        // SAFETY: as cuGraphInstantiateWithParams.
+        unsafe { graph_instantiate_with_params(exec, g, params) }
+    }
+    fn cuGraphUpload(exec: CUgraphExec, s: CUstream) { drv()?.graph_upload(h(exec.0), h(s.0)) }
+    fn cuGraphUpload_ptsz(exec: CUgraphExec, s: CUstream) { drv()?.graph_upload(h(exec.0), h(s.0)) }
+    fn cuGraphGetNodes(g: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) {
+        // SAFETY: `n` and `nodes` per the C contract.
+        unsafe { graph_get_nodes(g, nodes, n) }
+    }
+    fn cuGraphNodeGetType(node: CUgraphNode, t: *mut CUgraphNodeType) {
+        let v = drv()?.graph_node_type(h(node.0))?;
+        // SAFETY: out-pointer from the caller; null is rejected.
+        unsafe { out(t, v) }
     }
     fn cuGraphInstantiate(exec: *mut CUgraphExec, g: CUgraph, _err: *mut CUgraphNode, _log: *mut c_char, _size: usize) {
         // SAFETY: same out-pointer contract.
@@ -1328,13 +1351,72 @@ unsafe fn cuEventElapsedTime_impl(ms: *mut f32, a: CUevent, b: CUevent) -> R {
     unsafe { out(ms, v) }
 }
 
-unsafe fn cuGraphInstantiateWithFlags_impl(exec: *mut CUgraphExec, g: CUgraph, _flags: u64) -> R {
+unsafe fn cuGraphInstantiateWithFlags_impl(exec: *mut CUgraphExec, g: CUgraph, flags: u64) -> R {
     if exec.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let id = drv()?.graph_instantiate(h(g.0))?;
+    let id = drv()?.graph_instantiate(h(g.0), flags)?;
     // SAFETY: non-null out-pointer from the caller.
     unsafe { out(exec, CUgraphExec(p(id))) }
+}
+
+/// `cuGraphInstantiateWithParams`: flags and upload stream from the
+/// struct, result written back.
+///
+/// Safety: `exec` is null or writable; `params` null or a valid struct.
+unsafe fn graph_instantiate_with_params(
+    exec: *mut CUgraphExec,
+    g: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> R {
+    // SAFETY: in-struct from the caller; null is rejected.
+    let prm = unsafe { inp(params) }?;
+    if exec.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let d = drv()?;
+    let id = d.graph_instantiate(h(g.0), prm.flags)?;
+    if prm.flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
+        if let Err(e) = d.graph_upload(id, h(prm.hUploadStream.0)) {
+            let _ = d.graph_exec_destroy(id);
+            return Err(e);
+        }
+    }
+    // SAFETY: non-null out-pointer and struct from the caller.
+    unsafe {
+        (*params).hErrNode_out = CUgraphNode(std::ptr::null_mut());
+        (*params).result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+        out(exec, CUgraphExec(p(id)))
+    }
+}
+
+/// `cuGraphGetNodes`: with `nodes` null, the count; else up to `*n`
+/// nodes, and `*n` set to how many were written.
+///
+/// Safety: `n` is null or valid; `nodes` null or valid for `*n` writes.
+unsafe fn graph_get_nodes(g: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> R {
+    // SAFETY: in/out count from the caller; null is rejected.
+    let room = unsafe { inp(n) }?;
+    let all = drv()?.graph_nodes(h(g.0))?;
+    if nodes.is_null() {
+        // SAFETY: checked non-null above.
+        return unsafe { out(n, all.len()) };
+    }
+    let k = room.min(all.len());
+    for (i, id) in all.iter().take(k).enumerate() {
+        // SAFETY: `nodes` holds `*n` >= k entries (C contract).
+        unsafe { nodes.add(i).write(CUgraphNode(p(*id))) };
+    }
+    // SAFETY: checked non-null above.
+    unsafe { out(n, k) }
+}
+
+/// Safety: `deps` holds `n` node handles (C contract).
+unsafe fn begin_capture_to_graph(s: CUstream, g: CUgraph, deps: *const CUgraphNode, n: usize) -> R {
+    if n > 0 && deps.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    drv()?.begin_capture_into(h(s.0), Some(h(g.0)))
 }
 
 mod data;

@@ -31,12 +31,43 @@ pub fn default_limit(limit: u32) -> Option<u64> {
     })
 }
 
-/// The live graph allocation at `p` was freed (any way).
-pub fn forget_graph_alloc(g: &mut Inner, p: u64) {
-    if let Some((dev, size)) = g.graph_live.remove(&p) {
-        let e = g.graph_mem.entry(dev).or_default();
-        e.0 = e.0.saturating_sub(size);
-    }
+/// One device's graph memory in this process, as the driver's graph
+/// allocator keeps it: a launch reaching an alloc node takes memory the
+/// allocator already reserved and no live allocation uses, and reserves
+/// (charges the device for) only what is missing; a freed graph
+/// allocation's memory stays reserved for the next one until
+/// `cuDeviceGraphMemTrim` (or the context's end) gives it back (cuda.h:
+/// "Free unused memory that was cached on the specified device for use
+/// with graphs back to the OS").
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GraphMem {
+    /// Bytes of live graph allocations (`USED_MEM_CURRENT`).
+    pub used: u64,
+    pub used_high: u64,
+    /// Bytes the device is charged for (`RESERVED_MEM_CURRENT`).
+    pub reserved: u64,
+    pub reserved_high: u64,
+}
+
+/// The live graph allocation at `p` was freed (any way): its memory stays
+/// reserved for graphs. False when `p` is no graph allocation.
+pub fn graph_alloc_freed(g: &mut Inner, p: u64) -> bool {
+    let Some((dev, size)) = g.graph_live.remove(&p) else {
+        return false;
+    };
+    let e = g.graph_mem.entry(dev).or_default();
+    e.used = e.used.saturating_sub(size);
+    true
+}
+
+/// Whether `p` is a graph allocation: live, or the address of an alloc
+/// node of some graph.
+pub fn is_graph_alloc(g: &Inner, p: u64) -> bool {
+    g.graph_live.contains_key(&p)
+        || g.graphs
+            .values()
+            .flatten()
+            .any(|n| matches!(n, GraphNode::MemAlloc { dptr, .. } if *dptr == p))
 }
 
 /// Kernels an image of known format offers.
@@ -315,13 +346,7 @@ impl Driver {
     pub fn graph_add_mem_free(&self, graph: u64, deps: &[u64], dptr: u64) -> R<u64> {
         let mut g = self.lock();
         Self::check_graph(&g, graph, deps)?;
-        let known = g
-            .graphs
-            .values()
-            .flatten()
-            .any(|n| matches!(n, GraphNode::MemAlloc { dptr: p, .. } if *p == dptr))
-            || g.graph_live.contains_key(&dptr);
-        if !known {
+        if !is_graph_alloc(&g, dptr) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         Ok(Self::add_node(&mut g, graph, GraphNode::MemFree { dptr }))
@@ -332,6 +357,31 @@ impl Driver {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         Ok(())
+    }
+
+    /// `cuGraphGetNodes`: a graph's nodes in the order they were added.
+    pub fn graph_nodes(&self, graph: u64) -> R<Vec<u64>> {
+        let g = self.lock();
+        if !g.graphs.contains_key(&graph) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut v: Vec<(usize, u64)> = g
+            .node_index
+            .iter()
+            .filter(|(_, (gr, _))| *gr == graph)
+            .map(|(n, (_, i))| (*i, *n))
+            .collect();
+        v.sort_unstable();
+        Ok(v.into_iter().map(|(_, n)| n).collect())
+    }
+
+    /// `cuGraphNodeGetType`.
+    pub fn graph_node_type(&self, node: u64) -> R<u32> {
+        Ok(match self.graph_node(node)? {
+            GraphNode::Kernel(_) => CU_GRAPH_NODE_TYPE_KERNEL,
+            GraphNode::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            GraphNode::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
+        })
     }
 
     /// A node's own description.
@@ -348,8 +398,11 @@ impl Driver {
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
     }
 
-    /// A launch reached a mem-alloc node: the memory exists and is charged
-    /// from now until a free node, `cuMemFree*` or the context's end.
+    /// A launch reached a mem-alloc node: the allocation lives from now
+    /// until a free node, `cuMemFree*`/`cuMemFreeAsync` or the context's
+    /// end; its memory comes from what the device's graph memory has
+    /// reserved and no live allocation uses, the rest is reserved (charged
+    /// to the device) now.
     pub fn graph_alloc(&self, dptr: u64, size: u64, dev: usize) -> R {
         let (ctx, _) = self.ctx()?;
         let mut g = self.lock();
@@ -357,9 +410,16 @@ impl Driver {
             // Launched again before its allocation was freed.
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        let gm = g.graph_mem.entry(dev).or_default();
+        let grow = size.saturating_sub(gm.reserved.saturating_sub(gm.used));
+        // Under the lock: two launches must not count on the same memory.
         self.m
-            .reserve(dev, size)
+            .reserve(dev, grow)
             .map_err(crate::driver::machine_err)?;
+        gm.reserved += grow;
+        gm.reserved_high = gm.reserved_high.max(gm.reserved);
+        gm.used += size;
+        gm.used_high = gm.used_high.max(gm.used);
         g.allocs.insert(
             dptr,
             crate::driver::Alloc {
@@ -373,9 +433,6 @@ impl Driver {
             },
         );
         g.graph_live.insert(dptr, (dev, size));
-        let e = g.graph_mem.entry(dev).or_default();
-        e.0 += size;
-        e.1 = e.1.max(e.0);
         Ok(())
     }
 
@@ -387,15 +444,35 @@ impl Driver {
         self.mem_free(dptr)
     }
 
-    /// `cuDeviceGetGraphMemAttribute`: graph memory is given back as it is
-    /// freed, so reserved equals used.
+    /// `cuDeviceGetGraphMemAttribute`.
     pub fn graph_mem_attr(&self, dev: i32, attr: u32) -> R<u64> {
         let d = self.device(dev)?;
-        let (cur, high) = self.lock().graph_mem.get(&d).copied().unwrap_or((0, 0));
+        let m = self.lock().graph_mem.get(&d).copied().unwrap_or_default();
         match attr {
-            CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT | CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT => Ok(cur),
-            CU_GRAPH_MEM_ATTR_USED_MEM_HIGH | CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH => Ok(high),
+            CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT => Ok(m.used),
+            CU_GRAPH_MEM_ATTR_USED_MEM_HIGH => Ok(m.used_high),
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT => Ok(m.reserved),
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH => Ok(m.reserved_high),
             _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    /// `cuDeviceGraphMemTrim`: the memory no live graph allocation uses
+    /// goes back to the device.
+    pub fn graph_trim(&self, dev: i32) -> R {
+        let d = self.device(dev)?;
+        self.graph_trim_locked(&mut self.lock(), d);
+        Ok(())
+    }
+
+    /// [`Driver::graph_trim`] of machine device `d` under the lock.
+    pub fn graph_trim_locked(&self, g: &mut Inner, d: usize) {
+        if let Some(m) = g.graph_mem.get_mut(&d) {
+            let unused = m.reserved.saturating_sub(m.used);
+            if unused > 0 {
+                self.m.unreserve(d, unused);
+                m.reserved -= unused;
+            }
         }
     }
 
@@ -412,7 +489,11 @@ impl Driver {
         }
         let mut g = self.lock();
         let e = g.graph_mem.entry(d).or_default();
-        e.1 = e.0;
+        if attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH {
+            e.used_high = e.used;
+        } else {
+            e.reserved_high = e.reserved;
+        }
         Ok(())
     }
 }

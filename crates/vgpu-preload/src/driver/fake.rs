@@ -6,7 +6,9 @@
 //! total and a current one, linear allocations, pools whose reserved
 //! memory grows in `pool_step` increments and shrinks only at a trim or a
 //! synchronize, VMM handles, primary-context reference counts, contexts,
-//! and an NVML side with handles, UUIDs and memory info.
+//! graphs with memory nodes (a per-device graph allocator that reuses what
+//! it reserved and keeps freed memory until a trim, as the simulator and
+//! cuda.h describe), and an NVML side with handles, UUIDs and memory info.
 #![allow(clippy::unwrap_used)]
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_void, CStr};
@@ -24,6 +26,29 @@ pub struct FakePool {
     /// In host memory (not charged).
     pub host: bool,
     pub live: bool,
+}
+
+/// A node of a fake graph.
+#[derive(Clone, Copy, Debug)]
+pub enum FakeNode {
+    Kernel,
+    Alloc {
+        dptr: CUdeviceptr,
+        dev: CUdevice,
+        bytes: u64,
+    },
+    Free {
+        dptr: CUdeviceptr,
+    },
+    /// A child graph node (its graph by handle).
+    Child(usize),
+}
+
+/// One device's graph allocator: (used by live allocations, reserved).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FakeGraphMem {
+    pub used: u64,
+    pub reserved: u64,
 }
 
 #[derive(Default)]
@@ -50,6 +75,22 @@ pub struct CudaState {
     pub pool_step: u64,
     /// Pitch alignment of `mem_alloc_pitch`.
     pub pitch_align: usize,
+    /// Graphs: handle -> node handles; nodes by handle.
+    pub graphs: HashMap<usize, Vec<usize>>,
+    pub nodes: HashMap<usize, FakeNode>,
+    /// Executables: handle -> (nodes, child graphs flattened;
+    /// AUTO_FREE_ON_LAUNCH; bytes its instantiation mapped on device 0).
+    pub execs: HashMap<usize, (Vec<FakeNode>, bool, u64)>,
+    /// Per device: the graph allocator.
+    pub graph_mem: Vec<FakeGraphMem>,
+    /// Live graph allocations: address -> (device, bytes).
+    pub graph_live: HashMap<CUdeviceptr, (CUdevice, u64)>,
+    /// Bytes each graph allocation takes beyond its size (a driver that
+    /// rounds up more than vgpu can know).
+    pub graph_extra: u64,
+    /// Bytes an instantiation maps at once for the executable (a driver
+    /// that maps there), in use until the executable is destroyed.
+    pub instantiate_backs: u64,
     next: u64,
     /// Scripted answers: the next call of that name fails with the code.
     fail: HashMap<&'static str, VecDeque<CUresult>>,
@@ -68,6 +109,7 @@ impl FakeCuda {
                 .map(|i| format!("GPU-fake{i:04}-0000-0000-0000-000000000000"))
                 .collect(),
             in_use: vec![0; devices],
+            graph_mem: vec![FakeGraphMem::default(); devices],
             pool_step: 2 << 20,
             pitch_align: 512,
             next: 0x7f00_0000_0000,
@@ -117,6 +159,109 @@ impl FakeCuda {
         let (dev, host) = (p.dev, p.host);
         if !host {
             s.in_use[dev as usize] -= freed;
+        }
+    }
+}
+
+impl FakeCuda {
+    /// A graph of `allocs` (device, bytes) alloc nodes, then a free node
+    /// for each address in `frees`, then one kernel; (graph, the allocs'
+    /// addresses).
+    pub fn graph(&self, allocs: &[(CUdevice, u64)], frees: &[CUdeviceptr]) -> (CUgraph, Vec<u64>) {
+        let mut s = self.state();
+        let g = s.handle() as usize;
+        let mut ids = Vec::new();
+        let mut ptrs = Vec::new();
+        for &(dev, bytes) in allocs {
+            let dptr = s.handle();
+            ptrs.push(dptr);
+            let n = s.handle() as usize;
+            s.nodes.insert(n, FakeNode::Alloc { dptr, dev, bytes });
+            ids.push(n);
+        }
+        for &dptr in frees {
+            let n = s.handle() as usize;
+            s.nodes.insert(n, FakeNode::Free { dptr });
+            ids.push(n);
+        }
+        let k = s.handle() as usize;
+        s.nodes.insert(k, FakeNode::Kernel);
+        ids.push(k);
+        s.graphs.insert(g, ids);
+        (CUgraph(g as *mut c_void), ptrs)
+    }
+
+    /// Adds a child graph node of `child` to `graph`.
+    pub fn add_child(&self, graph: CUgraph, child: CUgraph) {
+        let mut s = self.state();
+        let n = s.handle() as usize;
+        s.nodes.insert(n, FakeNode::Child(child.0 as usize));
+        s.graphs.get_mut(&(graph.0 as usize)).unwrap().push(n);
+    }
+
+    /// `cuGraphInstantiateWithFlags`: the executable.
+    pub fn instantiate(&self, graph: CUgraph, flags: u64) -> CuResult<CUgraphExec> {
+        let mut s = self.state();
+        s.enter("cuGraphInstantiateWithFlags")?;
+        let mut flat = Vec::new();
+        s.flatten(graph.0 as usize, &mut flat, 0)?;
+        let has_alloc = flat.iter().any(|n| matches!(n, FakeNode::Alloc { .. }));
+        let backs = if has_alloc { s.instantiate_backs } else { 0 };
+        if backs > 0 {
+            s.take(0, backs)?;
+            let m = &mut s.graph_mem[0];
+            m.reserved += backs;
+            m.used += backs;
+        }
+        let e = s.handle() as usize;
+        let auto = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0;
+        s.execs.insert(e, (flat, auto, backs));
+        Ok(CUgraphExec(e as *mut c_void))
+    }
+
+    /// A device's graph allocator.
+    pub fn graph_mem(&self, dev: CUdevice) -> FakeGraphMem {
+        self.state().graph_mem[dev as usize]
+    }
+}
+
+impl CudaState {
+    fn flatten(&self, g: usize, out: &mut Vec<FakeNode>, depth: u32) -> CuResult<()> {
+        let ids = self
+            .graphs
+            .get(&g)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        for id in ids {
+            match self.nodes[id] {
+                FakeNode::Child(c) if depth < 64 => self.flatten(c, out, depth + 1)?,
+                n => out.push(n),
+            }
+        }
+        Ok(())
+    }
+
+    /// A launch reaching an alloc node: reuse what the graph allocator
+    /// reserved and nothing uses, reserve the rest (plus `graph_extra`).
+    fn graph_alloc(&mut self, dptr: CUdeviceptr, dev: CUdevice, bytes: u64) -> CuResult<()> {
+        let bytes = bytes + self.graph_extra;
+        let m = self.graph_mem[dev as usize];
+        let grow = bytes.saturating_sub(m.reserved - m.used);
+        self.take(dev, grow)?;
+        let m = &mut self.graph_mem[dev as usize];
+        m.reserved += grow;
+        m.used += bytes;
+        self.graph_live.insert(dptr, (dev, bytes));
+        Ok(())
+    }
+
+    /// A graph allocation freed (any way): its memory stays reserved.
+    fn graph_free(&mut self, dptr: CUdeviceptr) -> bool {
+        match self.graph_live.remove(&dptr) {
+            Some((dev, bytes)) => {
+                self.graph_mem[dev as usize].used -= bytes;
+                true
+            }
+            None => false,
         }
     }
 }
@@ -328,6 +473,9 @@ impl CudaDriver for FakeCuda {
             }
             return CUresult::CUDA_SUCCESS;
         }
+        if s.graph_free(ptr) {
+            return CUresult::CUDA_SUCCESS;
+        }
         CUresult::CUDA_ERROR_INVALID_VALUE
     }
     fn mem_create(
@@ -466,6 +614,7 @@ impl CudaDriver for FakeCuda {
                 }
                 CUresult::CUDA_SUCCESS
             }
+            None if s.graph_free(ptr) => CUresult::CUDA_SUCCESS,
             None => CUresult::CUDA_ERROR_INVALID_VALUE,
         }
     }
@@ -620,11 +769,133 @@ impl CudaDriver for FakeCuda {
             .err()
             .unwrap_or(CUresult::CUDA_SUCCESS)
     }
-    fn graph_launch(&self, _exec: CUgraphExec, _stream: CUstream) -> CUresult {
+    fn graph_launch(&self, exec: CUgraphExec, _stream: CUstream) -> CUresult {
         let mut s = self.state();
-        s.enter("cuGraphLaunch")
-            .err()
-            .unwrap_or(CUresult::CUDA_SUCCESS)
+        if let Err(e) = s.enter("cuGraphLaunch") {
+            return e;
+        }
+        // Executables the fake did not instantiate launch as no-ops.
+        let Some((nodes, auto, _)) = s.execs.get(&(exec.0 as usize)).cloned() else {
+            return CUresult::CUDA_SUCCESS;
+        };
+        for n in &nodes {
+            if let FakeNode::Alloc { dptr, .. } = *n {
+                if s.graph_live.contains_key(&dptr) {
+                    if !auto {
+                        return CUresult::CUDA_ERROR_INVALID_VALUE;
+                    }
+                    s.graph_free(dptr);
+                }
+            }
+        }
+        for n in nodes {
+            let r = match n {
+                FakeNode::Alloc { dptr, dev, bytes } => s.graph_alloc(dptr, dev, bytes),
+                FakeNode::Free { dptr } => {
+                    if s.graph_free(dptr) {
+                        Ok(())
+                    } else {
+                        Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+                    }
+                }
+                FakeNode::Kernel | FakeNode::Child(_) => Ok(()),
+            };
+            if let Err(e) = r {
+                return e;
+            }
+        }
+        CUresult::CUDA_SUCCESS
+    }
+    fn graph_mem_attribute(&self, dev: CUdevice, attr: CUgraphMem_attribute) -> CuResult<u64> {
+        let mut s = self.state();
+        s.enter("cuDeviceGetGraphMemAttribute")?;
+        let m = *s
+            .graph_mem
+            .get(dev as usize)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
+        match attr {
+            CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT => Ok(m.used),
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT => Ok(m.reserved),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    fn graph_mem_trim(&self, dev: CUdevice) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuDeviceGraphMemTrim") {
+            return e;
+        }
+        let m = &mut s.graph_mem[dev as usize];
+        let unused = m.reserved - m.used;
+        m.reserved -= unused;
+        s.in_use[dev as usize] -= unused;
+        CUresult::CUDA_SUCCESS
+    }
+    fn graph_nodes(&self, graph: CUgraph) -> CuResult<Vec<CUgraphNode>> {
+        let mut s = self.state();
+        s.enter("cuGraphGetNodes")?;
+        let ids = s
+            .graphs
+            .get(&(graph.0 as usize))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        Ok(ids.iter().map(|&n| CUgraphNode(n as *mut c_void)).collect())
+    }
+    fn graph_node_type(&self, node: CUgraphNode) -> CuResult<CUgraphNodeType> {
+        let mut s = self.state();
+        s.enter("cuGraphNodeGetType")?;
+        match s.nodes.get(&(node.0 as usize)) {
+            Some(FakeNode::Kernel) => Ok(CU_GRAPH_NODE_TYPE_KERNEL),
+            Some(FakeNode::Alloc { .. }) => Ok(CU_GRAPH_NODE_TYPE_MEM_ALLOC),
+            Some(FakeNode::Free { .. }) => Ok(CU_GRAPH_NODE_TYPE_MEM_FREE),
+            Some(FakeNode::Child(_)) => Ok(CU_GRAPH_NODE_TYPE_GRAPH),
+            None => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    fn graph_mem_alloc_node(
+        &self,
+        node: CUgraphNode,
+    ) -> CuResult<(CUdeviceptr, CUmemLocation, usize)> {
+        let mut s = self.state();
+        s.enter("cuGraphMemAllocNodeGetParams")?;
+        match s.nodes.get(&(node.0 as usize)) {
+            Some(FakeNode::Alloc { dptr, dev, bytes }) => Ok((
+                *dptr,
+                CUmemLocation {
+                    type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: *dev,
+                },
+                *bytes as usize,
+            )),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    fn graph_mem_free_node(&self, node: CUgraphNode) -> CuResult<CUdeviceptr> {
+        let mut s = self.state();
+        s.enter("cuGraphMemFreeNodeGetParams")?;
+        match s.nodes.get(&(node.0 as usize)) {
+            Some(FakeNode::Free { dptr }) => Ok(*dptr),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    fn graph_child(&self, node: CUgraphNode) -> CuResult<CUgraph> {
+        let mut s = self.state();
+        s.enter("cuGraphChildGraphNodeGetGraph")?;
+        match s.nodes.get(&(node.0 as usize)) {
+            Some(FakeNode::Child(g)) => Ok(CUgraph(*g as *mut c_void)),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    fn graph_exec_destroy(&self, exec: CUgraphExec) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuGraphExecDestroy") {
+            return e;
+        }
+        match s.execs.remove(&(exec.0 as usize)) {
+            Some((_, _, backs)) => {
+                s.graph_mem[0].used -= backs;
+                CUresult::CUDA_SUCCESS
+            }
+            None => CUresult::CUDA_ERROR_INVALID_VALUE,
+        }
     }
 }
 

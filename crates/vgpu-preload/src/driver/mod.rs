@@ -147,6 +147,27 @@ pub trait CudaDriver: Sync {
         extra: *mut *mut c_void,
     ) -> CUresult;
     fn graph_launch(&self, exec: CUgraphExec, stream: CUstream) -> CUresult;
+    // graph memory
+    /// A `cuuint64_t` graph memory attribute of device `dev`
+    /// (`cuDeviceGetGraphMemAttribute`: this process's graph allocator).
+    fn graph_mem_attribute(&self, dev: CUdevice, attr: CUgraphMem_attribute) -> CuResult<u64>;
+    /// `cuDeviceGraphMemTrim`.
+    fn graph_mem_trim(&self, dev: CUdevice) -> CUresult;
+    /// `cuGraphGetNodes`: every node of `graph` (not of its child graphs).
+    fn graph_nodes(&self, graph: CUgraph) -> CuResult<Vec<CUgraphNode>>;
+    /// `cuGraphNodeGetType`.
+    fn graph_node_type(&self, node: CUgraphNode) -> CuResult<CUgraphNodeType>;
+    /// `cuGraphMemAllocNodeGetParams`: (address, location, bytes).
+    fn graph_mem_alloc_node(
+        &self,
+        node: CUgraphNode,
+    ) -> CuResult<(CUdeviceptr, CUmemLocation, usize)>;
+    /// `cuGraphMemFreeNodeGetParams`: the address freed.
+    fn graph_mem_free_node(&self, node: CUgraphNode) -> CuResult<CUdeviceptr>;
+    /// `cuGraphChildGraphNodeGetGraph`.
+    fn graph_child(&self, node: CUgraphNode) -> CuResult<CUgraph>;
+    /// `cuGraphExecDestroy`.
+    fn graph_exec_destroy(&self, exec: CUgraphExec) -> CUresult;
     /// `cuEventRecord_ptsz` (the per-thread default stream for a null one).
     fn event_record_ptsz(&self, _event: CUevent, _stream: CUstream) -> CUresult {
         CUDA_MISSING

@@ -258,6 +258,47 @@ impl CudaDriver for RealCuda {
     fn graph_launch(&self, exec: CUgraphExec, stream: CUstream) -> CUresult {
         cu!(cuGraphLaunch(exec, stream))
     }
+    fn graph_mem_attribute(&self, dev: CUdevice, attr: CUgraphMem_attribute) -> CuResult<u64> {
+        // Every graph memory attribute is a `cuuint64_t`.
+        let mut v: u64 = 0;
+        let out = (&mut v as *mut u64).cast::<c_void>();
+        cu_ok(cu!(cuDeviceGetGraphMemAttribute(dev, attr, out))).map(|_| v)
+    }
+    fn graph_mem_trim(&self, dev: CUdevice) -> CUresult {
+        cu!(cuDeviceGraphMemTrim(dev))
+    }
+    fn graph_nodes(&self, graph: CUgraph) -> CuResult<Vec<CUgraphNode>> {
+        let mut n: usize = 0;
+        cu_ok(cu!(cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)))?;
+        let mut v = vec![CUgraphNode::NULL; n];
+        let mut got = n;
+        cu_ok(cu!(cuGraphGetNodes(graph, v.as_mut_ptr(), &mut got)))?;
+        v.truncate(got.min(n));
+        Ok(v)
+    }
+    fn graph_node_type(&self, node: CUgraphNode) -> CuResult<CUgraphNodeType> {
+        let mut t: CUgraphNodeType = 0;
+        cu_ok(cu!(cuGraphNodeGetType(node, &mut t))).map(|_| t)
+    }
+    fn graph_mem_alloc_node(
+        &self,
+        node: CUgraphNode,
+    ) -> CuResult<(CUdeviceptr, CUmemLocation, usize)> {
+        let mut p = CUDA_MEM_ALLOC_NODE_PARAMS::default();
+        cu_ok(cu!(cuGraphMemAllocNodeGetParams(node, &mut p)))
+            .map(|_| (p.dptr, p.poolProps.location, p.bytesize))
+    }
+    fn graph_mem_free_node(&self, node: CUgraphNode) -> CuResult<CUdeviceptr> {
+        let mut p: CUdeviceptr = 0;
+        cu_ok(cu!(cuGraphMemFreeNodeGetParams(node, &mut p))).map(|_| p)
+    }
+    fn graph_child(&self, node: CUgraphNode) -> CuResult<CUgraph> {
+        let mut g = CUgraph::NULL;
+        cu_ok(cu!(cuGraphChildGraphNodeGetGraph(node, &mut g))).map(|_| g)
+    }
+    fn graph_exec_destroy(&self, exec: CUgraphExec) -> CUresult {
+        cu!(cuGraphExecDestroy(exec))
+    }
 }
 
 /// Calls a process-list function, growing the buffer when NVML says it is

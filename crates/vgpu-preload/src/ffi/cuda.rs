@@ -134,10 +134,13 @@ TABLE;
         attached(call, |m, call| m.free(dptr, call))
     }
 
-    [base: "cuMemAllocAsync", since: 11020, ptds: false, family: "memory (stream-ordered)", policy: "admit pool growth; charge follows the pool's RESERVED_MEM_CURRENT"]
+    [base: "cuMemAllocAsync", since: 11020, ptds: false, family: "memory (stream-ordered)", policy: "admit pool growth; charge follows the pool's RESERVED_MEM_CURRENT; captured into a graph: passed through (a graph alloc node, charged when an executable backs it)"]
     fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(dptr, bytesize, hStream) };
+        if limiter::captured(hStream, false) {
+            return call(); // a graph alloc node: charged when its graph is backed
+        }
         limited(call, |m, call| m.alloc_async(bytesize, None, hStream, || out(dptr), call))
     }
 
@@ -145,13 +148,19 @@ TABLE;
     fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(dptr, bytesize, hStream) };
+        if limiter::captured(hStream, true) {
+            return call(); // a graph alloc node: charged when its graph is backed
+        }
         limited(call, |m, call| m.alloc_async(bytesize, None, hStream, || out(dptr), call))
     }
 
-    [base: "cuMemAllocFromPoolAsync", since: 11020, ptds: false, family: "memory (stream-ordered)", policy: "admit pool growth; charge follows this pool's RESERVED_MEM_CURRENT"]
+    [base: "cuMemAllocFromPoolAsync", since: 11020, ptds: false, family: "memory (stream-ordered)", policy: "admit pool growth; charge follows this pool's RESERVED_MEM_CURRENT; captured: as cuMemAllocAsync"]
     fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(dptr, bytesize, pool, hStream) };
+        if limiter::captured(hStream, false) {
+            return call(); // a graph alloc node: charged when its graph is backed
+        }
         limited(call, |m, call| m.alloc_async(bytesize, Some(pool), hStream, || out(dptr), call))
     }
 
@@ -159,13 +168,19 @@ TABLE;
     fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(dptr, bytesize, pool, hStream) };
+        if limiter::captured(hStream, true) {
+            return call(); // a graph alloc node: charged when its graph is backed
+        }
         limited(call, |m, call| m.alloc_async(bytesize, Some(pool), hStream, || out(dptr), call))
     }
 
-    [base: "cuMemFreeAsync", since: 11020, ptds: false, family: "memory (stream-ordered)", policy: "settle the pool's charge to its reserved memory"]
+    [base: "cuMemFreeAsync", since: 11020, ptds: false, family: "memory (stream-ordered)", policy: "settle the pool's charge to its reserved memory (a graph allocation: the device's graph charge); captured into a graph: passed through"]
     fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(dptr, hStream) };
+        if limiter::captured(hStream, false) {
+            return call(); // a graph free node: nothing is freed now
+        }
         attached(call, |m, call| m.free_async(dptr, call))
     }
 
@@ -173,6 +188,9 @@ TABLE;
     fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let call = || unsafe { real(dptr, hStream) };
+        if limiter::captured(hStream, true) {
+            return call(); // a graph free node: nothing is freed now
+        }
         attached(call, |m, call| m.free_async(dptr, call))
     }
 
@@ -528,20 +546,92 @@ TABLE;
         limiter::launch(Launch::CooperativeMultiDevice, stream, false, || unsafe { real(launchParamsList, numDevices, flags) })
     }
 
-    [base: "cuGraphLaunch", since: 10000, ptds: false, family: "launch", policy: "paced: charged the executable's own measured cost (one burst per graph launch)"]
+    [base: "cuGraphLaunch", since: 10000, ptds: false, family: "launch", policy: "paced: charged the executable's own measured cost (one burst per graph launch); graph memory admitted as cuGraphUpload, then its allocations live until freed"]
     fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult |real| {
-        // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::Graph(hGraphExec), hStream, false, || unsafe { real(hGraphExec, hStream) })
+        limiter::launch(Launch::Graph(hGraphExec), hStream, false, || {
+            // SAFETY: forwarding the caller's arguments.
+            graph_run(hGraphExec, hStream, false, true, || unsafe { real(hGraphExec, hStream) })
+        })
     }
 
     [base: "cuGraphLaunch", since: 10000, ptds: true, family: "launch", policy: "as cuGraphLaunch"]
     fn cuGraphLaunch_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult |real| {
+        limiter::launch(Launch::Graph(hGraphExec), hStream, true, || {
+            // SAFETY: forwarding the caller's arguments.
+            graph_run(hGraphExec, hStream, true, true, || unsafe { real(hGraphExec, hStream) })
+        })
+    }
+
+    // Graph memory: alloc nodes are backed when an executable is uploaded
+    // or launched; the charge follows the driver's graph allocator.
+    [base: "cuGraphInstantiate", since: 10000, ptds: false, family: "graph memory", policy: "list the graph's memory nodes (child graphs too) for its executable; memory backed at instantiation is settled, undone and refused past the budget"]
+    fn cuGraphInstantiate(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, phErrorNode: *mut CUgraphNode, logBuffer: *mut c_char, bufferSize: usize) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::Graph(hGraphExec), hStream, true, || unsafe { real(hGraphExec, hStream) })
+        let call = || unsafe { real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize) };
+        limited(call, |m, call| m.graph_instantiate(hGraph, 0, || out(phGraphExec), call))
+    }
+
+    [base: "cuGraphInstantiate", since: 11000, ptds: false, family: "graph memory", policy: "as cuGraphInstantiate"]
+    fn cuGraphInstantiate_v2(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, phErrorNode: *mut CUgraphNode, logBuffer: *mut c_char, bufferSize: usize) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize) };
+        limited(call, |m, call| m.graph_instantiate(hGraph, 0, || out(phGraphExec), call))
+    }
+
+    [base: "cuGraphInstantiateWithFlags", since: 11040, ptds: false, family: "graph memory", policy: "as cuGraphInstantiate; AUTO_FREE_ON_LAUNCH noted (a relaunch reuses what its previous launch left live)"]
+    fn cuGraphInstantiateWithFlags(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, flags: u64) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(phGraphExec, hGraph, flags) };
+        limited(call, |m, call| m.graph_instantiate(hGraph, flags, || out(phGraphExec), call))
+    }
+
+    [base: "cuGraphInstantiateWithParams", since: 12000, ptds: false, family: "graph memory", policy: "as cuGraphInstantiateWithFlags; with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD admitted as cuGraphUpload"]
+    fn cuGraphInstantiateWithParams(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult |real| {
+        let flags = out(instantiateParams.cast_const()).map_or(0, |p| p.flags);
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(phGraphExec, hGraph, instantiateParams) };
+        limited(call, |m, call| m.graph_instantiate(hGraph, flags, || out(phGraphExec), call))
+    }
+
+    [base: "cuGraphInstantiateWithParams", since: 12000, ptds: true, family: "graph memory", policy: "as cuGraphInstantiateWithParams"]
+    fn cuGraphInstantiateWithParams_ptsz(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult |real| {
+        let flags = out(instantiateParams.cast_const()).map_or(0, |p| p.flags);
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(phGraphExec, hGraph, instantiateParams) };
+        limited(call, |m, call| m.graph_instantiate(hGraph, flags, || out(phGraphExec), call))
+    }
+
+    [base: "cuGraphUpload", since: 11010, ptds: false, family: "graph memory", policy: "admit the executable's alloc nodes not live (less its own unused memory), refused with CUDA_ERROR_OUT_OF_MEMORY before the driver; charge follows the device's graph RESERVED_MEM_CURRENT"]
+    fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        graph_run(hGraphExec, hStream, false, false, || unsafe { real(hGraphExec, hStream) })
+    }
+
+    [base: "cuGraphUpload", since: 11010, ptds: true, family: "graph memory", policy: "as cuGraphUpload"]
+    fn cuGraphUpload_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        graph_run(hGraphExec, hStream, true, false, || unsafe { real(hGraphExec, hStream) })
+    }
+
+    [base: "cuGraphExecDestroy", since: 10000, ptds: false, family: "graph memory", policy: "forget the executable's memory nodes; settle its devices' graph charge"]
+    fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let call = || unsafe { real(hGraphExec) };
+        attached(call, |m, call| m.graph_exec_destroy(hGraphExec, call))
+    }
+
+    [base: "cuDeviceGraphMemTrim", since: 11040, ptds: false, family: "graph memory", policy: "settle the device's graph charge to RESERVED_MEM_CURRENT after the trim"]
+    fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(device) };
+        if let Some(m) = memory::limited_attached() {
+            m.graph_trimmed(device, r);
+        }
+        r
     }
 
     // Stream capture: captured launches do not run, so they are not paced.
-    [base: "cuStreamBeginCapture", since: 10000, ptds: false, family: "capture", policy: "count the capture: while one is in progress, the gate asks whether a launch's stream is captured"]
+    [base: "cuStreamBeginCapture", since: 10000, ptds: false, family: "capture", policy: "count the capture: while one is in progress, the gate (and the stream-ordered allocation hooks) ask whether a stream is captured"]
     fn cuStreamBeginCapture(hStream: CUstream) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let r = unsafe { real(hStream) };
@@ -569,6 +659,22 @@ TABLE;
     fn cuStreamBeginCapture_v2_ptsz(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
         let r = unsafe { real(hStream, mode) };
+        limiter::capture_begun(r);
+        r
+    }
+
+    [base: "cuStreamBeginCaptureToGraph", since: 12030, ptds: false, family: "capture", policy: "as cuStreamBeginCapture, into an existing graph"]
+    fn cuStreamBeginCaptureToGraph(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream, hGraph, dependencies, dependencyData, numDependencies, mode) };
+        limiter::capture_begun(r);
+        r
+    }
+
+    [base: "cuStreamBeginCaptureToGraph", since: 12030, ptds: true, family: "capture", policy: "as cuStreamBeginCaptureToGraph"]
+    fn cuStreamBeginCaptureToGraph_ptsz(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode) -> CUresult |real| {
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { real(hStream, hGraph, dependencies, dependencyData, numDependencies, mode) };
         limiter::capture_begun(r);
         r
     }
@@ -644,6 +750,22 @@ TABLE;
         // SAFETY: forwarding the caller's arguments.
         sync_call(|| unsafe { real(dstDevice, srcDevice, ByteCount) })
     }
+}
+
+/// A graph upload or launch (`launch`) of `exec` on `stream`: admitted and
+/// settled by the graph-memory policy, unless `stream` is being captured
+/// (the graph becomes a node of the capture and runs later).
+fn graph_run(
+    exec: CUgraphExec,
+    stream: CUstream,
+    per_thread: bool,
+    launch: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    if limiter::captured(stream, per_thread) {
+        return call();
+    }
+    attached(call, |m, call| m.graph_run(exec, launch, call))
 }
 
 /// A synchronizing call: the limiter's bursts close before it and what

@@ -262,11 +262,7 @@ fn paced(
 ) -> CUresult {
     let Some(l) = get() else { return call() };
     // Captured work does not run now: it is charged when its graph launches.
-    if CAPTURES.load(Ordering::Acquire) > 0
-        && REAL_CUDA
-            .stream_is_capturing(stream, per_thread)
-            .unwrap_or(false)
-    {
+    if captured(stream, per_thread) {
         return call();
     }
     let Some(d) = l.dev_for_launch() else {
@@ -327,7 +323,17 @@ pub fn after_sync() {
     }
 }
 
-/// `cuStreamBeginCapture*` returned `r`.
+/// Whether work queued on `stream` now is captured into a graph rather
+/// than run (asked of the driver only while a capture is in progress).
+#[inline]
+pub fn captured(stream: CUstream, per_thread: bool) -> bool {
+    CAPTURES.load(Ordering::Acquire) > 0
+        && REAL_CUDA
+            .stream_is_capturing(stream, per_thread)
+            .unwrap_or(false)
+}
+
+/// `cuStreamBeginCapture*` (and `cuStreamBeginCaptureToGraph*`) returned `r`.
 pub fn capture_begun(r: CUresult) {
     if r.is_success() {
         CAPTURES.fetch_add(1, Ordering::AcqRel);

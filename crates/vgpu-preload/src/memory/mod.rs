@@ -1,6 +1,7 @@
 //! Memory policy: reserve before the real call, release on its failure or
 //! when the object goes; linear allocations here, stream-ordered memory
-//! and pools in [`pools`], arrays, VMM handles and contexts in [`objects`].
+//! and pools in [`pools`], arrays, VMM handles and contexts in [`objects`],
+//! graph memory in [`graphs`].
 //!
 //! Every function is a method of [`Mem`]: a driver (any [`CudaDriver`]),
 //! the ledger and this process's charge tables as values, so the logic is
@@ -21,6 +22,7 @@ use crate::attach::{self, Proc};
 use crate::driver::{CudaDriver, REAL_CUDA};
 use crate::ledger::{Charge, Charges, Kind, Ledger, Map, Tables, DATA};
 
+pub mod graphs;
 pub mod objects;
 pub mod pools;
 #[cfg(test)]
@@ -193,9 +195,11 @@ impl Mem<'_> {
         let l = self.ledger;
         attach::refresh_limits(l);
         if l.reserve(dev, kind, bytes).is_err() {
-            // Pools give memory back at synchronizations vgpu does not see:
-            // bring their charges down to what they hold, then look again.
-            if !self.settle_pools() || l.reserve(dev, kind, bytes).is_err() {
+            // Pools (and graph memory) give memory back at synchronizations
+            // and trims vgpu does not see: bring their charges down to what
+            // they hold, then look again.
+            let lower = self.settle_pools() | self.settle_graphs();
+            if !lower || l.reserve(dev, kind, bytes).is_err() {
                 return Err(self.refuse(dev, what, bytes));
             }
         }
@@ -314,7 +318,9 @@ impl Mem<'_> {
             }
         };
         if c.is_none() && pool.is_none() {
-            return call(); // vgpu never saw it: the driver decides
+            // A graph allocation's memory stays the graph allocator's;
+            // anything else vgpu never saw: the driver decides.
+            return self.graph_free(ptr, call);
         }
         let r = call();
         if r.is_success() {

@@ -194,9 +194,13 @@ impl Mem<'_> {
     /// `cuCtxDestroy_v2`: the context's estimate, and what the driver freed
     /// with it.
     pub fn ctx_destroy(&self, ctx: usize, call: impl FnOnce() -> CUresult) -> CUresult {
+        let dev = self.tables().ctxs.get(&ctx).map(|c| c.dev);
         let r = self.release_object(ctx, |t| &mut t.ctxs, call);
         if r.is_success() && ctx != 0 {
             self.sweep_context(None, &[ctx]);
+            // Its graph memory went with it; the device's primary context
+            // (or another) may still hold some: the driver says how much.
+            self.graph_context_gone(dev, false);
         }
         r
     }
@@ -275,6 +279,8 @@ impl Mem<'_> {
             // Charged as "the primary" (0), or under its handle when it
             // was asked for before we knew the handle was the primary's.
             self.sweep_context(Some(dev), &[0, handle]);
+            let others = self.tables().ctxs.values().any(|c| c.dev == dev);
+            self.graph_context_gone(Some(dev), !others);
         }
         r
     }

@@ -73,6 +73,7 @@ impl Mem<'_> {
     pub fn synchronized(&self, r: CUresult) {
         if r.is_success() {
             self.settle_pools();
+            self.settle_graphs();
         }
     }
 

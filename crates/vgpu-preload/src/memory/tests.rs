@@ -147,6 +147,69 @@ impl Fixture {
         assert!(self.drv.pool_trim_to(pool, keep).is_success());
         self.mem().pool_trimmed(pool);
     }
+
+    /// `cuGraphInstantiateWithFlags` through the policy.
+    fn instantiate(&self, graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
+        let e = Cell::new(None);
+        let r = self.mem().graph_instantiate(
+            graph,
+            flags,
+            || e.get(),
+            || match self.drv.instantiate(graph, flags) {
+                Ok(x) => {
+                    e.set(Some(x));
+                    SUCCESS
+                }
+                Err(err) => err,
+            },
+        );
+        if r.is_success() {
+            Ok(e.get().unwrap())
+        } else {
+            Err(r)
+        }
+    }
+
+    /// A graph of `allocs` alloc nodes on device 0 (then a free node for
+    /// each with `free`), instantiated; (executable, addresses).
+    fn graph_exec(&self, allocs: &[u64], free: bool, flags: u64) -> (CUgraphExec, Vec<u64>) {
+        let nodes: Vec<(i32, u64)> = allocs.iter().map(|&b| (0, b)).collect();
+        let (g, ptrs) = self.drv.graph(&nodes, &[]);
+        if free {
+            let mut s = self.drv.state();
+            let ids = s.graphs[&(g.0 as usize)].clone();
+            let kernel = *ids.last().unwrap();
+            let mut fresh = ids[..ids.len() - 1].to_vec();
+            for &p in &ptrs {
+                let n = 0x10_0000_0000 + p as usize;
+                s.nodes
+                    .insert(n, crate::driver::fake::FakeNode::Free { dptr: p });
+                fresh.push(n);
+            }
+            fresh.push(kernel);
+            s.graphs.insert(g.0 as usize, fresh);
+        }
+        (self.instantiate(g, flags).unwrap(), ptrs)
+    }
+
+    /// `cuGraphLaunch` through the policy.
+    fn launch(&self, exec: CUgraphExec) -> CUresult {
+        self.mem()
+            .graph_run(exec, true, || self.drv.graph_launch(exec, CUstream::NULL))
+    }
+
+    /// `cuDeviceGraphMemTrim` of device 0 through the policy.
+    fn graph_trim(&self) {
+        let r = self.drv.graph_mem_trim(0);
+        assert!(r.is_success());
+        self.mem().graph_trimmed(0, r);
+    }
+
+    /// The ledger equals what the fake device holds (no contexts charged).
+    #[track_caller]
+    fn assert_truth(&self) {
+        assert_eq!(self.used(0), self.drv.in_use(0), "ledger vs driver");
+    }
 }
 
 #[test]
@@ -315,6 +378,198 @@ fn own_pools_host_pools_and_destroy_with_allocations_out() {
     assert!(f.free(a).is_success());
     assert_eq!(f.used(0), MIB);
     assert!(f.free(b).is_success());
+    assert_eq!(f.used(0), 0);
+}
+
+#[test]
+fn graph_alloc_nodes_past_the_budget_are_refused_before_the_driver_runs_them() {
+    let f = fixture(&[1024 * MIB]);
+    let (exec, _) = f.graph_exec(&[512 * MIB; 6], false, 0);
+    assert_eq!(f.used(0), 0, "instantiation backs nothing here");
+    assert_eq!(f.launch(exec), CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    assert_eq!(f.drv.count("cuGraphLaunch"), 0, "the driver never saw it");
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+    // An upload backs the same memory: refused the same way.
+    let r = f
+        .mem()
+        .graph_run(exec, false, || f.drv.graph_launch(exec, CUstream::NULL));
+    assert_eq!(r, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    // Two of them fit exactly.
+    let (two, _) = f.graph_exec(&[512 * MIB; 2], false, 0);
+    assert_eq!(f.launch(two), SUCCESS);
+    assert_eq!(f.used(0), 1024 * MIB);
+    f.assert_truth();
+    assert_eq!(f.alloc(1), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+}
+
+#[test]
+fn graph_charge_follows_the_allocators_reserved_memory_until_a_trim() {
+    let f = fixture(&[1024 * MIB]);
+    let (exec, ptrs) = f.graph_exec(&[384 * MIB], false, 0);
+    assert_eq!(f.launch(exec), SUCCESS);
+    assert_eq!(f.used(0), 384 * MIB);
+    f.assert_truth();
+    // A relaunch before the allocation is freed: no admission (the driver
+    // refuses it), nothing moves.
+    assert_eq!(f.launch(exec), CUresult::CUDA_ERROR_INVALID_VALUE);
+    f.assert_truth();
+    // Freed outside the graph: the allocator keeps the memory, so does the
+    // charge; the relaunch reuses it (no new admission: fits at the edge).
+    assert!(f.free(ptrs[0]).is_success());
+    assert_eq!(f.drv.graph_mem(0).reserved, 384 * MIB);
+    assert_eq!(f.used(0), 384 * MIB);
+    let edge = f.alloc(640 * MIB).unwrap();
+    assert_eq!(
+        f.launch(exec),
+        SUCCESS,
+        "its own memory, reused at the budget"
+    );
+    f.assert_truth();
+    assert!(f.free(edge).is_success());
+    assert!(f.free_async(ptrs[0]).is_success());
+    // Destroyed: still reserved; trimmed: gone.
+    let r = f
+        .mem()
+        .graph_exec_destroy(exec, || f.drv.graph_exec_destroy(exec));
+    assert!(r.is_success());
+    assert_eq!(f.used(0), 384 * MIB);
+    f.graph_trim();
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0));
+}
+
+#[test]
+fn a_first_launch_counts_on_no_other_graphs_memory_and_trims_to_make_room() {
+    let f = fixture(&[1024 * MIB]);
+    let (a, _) = f.graph_exec(&[640 * MIB], true, 0);
+    let (b, _) = f.graph_exec(&[640 * MIB], true, 0);
+    assert_eq!(f.launch(a), SUCCESS);
+    assert_eq!(f.used(0), 640 * MIB, "freed in the graph, kept reserved");
+    // b's first launch: a's memory may still be in use on a real GPU, so
+    // 640 MiB more are needed; the allocator's unused memory is trimmed to
+    // make room, then b is admitted.
+    assert_eq!(f.launch(b), SUCCESS);
+    assert_eq!(f.drv.count("cuDeviceGraphMemTrim"), 1);
+    f.assert_truth();
+    // b again: its own memory, no trim.
+    assert_eq!(f.launch(b), SUCCESS);
+    assert_eq!(f.drv.count("cuDeviceGraphMemTrim"), 1);
+    f.assert_truth();
+    // Not enough even after a trim: refused, and nothing is left charged
+    // that the driver does not hold.
+    let (big, _) = f.graph_exec(&[1025 * MIB], true, 0);
+    assert_eq!(f.launch(big), CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    f.assert_truth();
+    assert!(f.used(0) <= 1024 * MIB);
+}
+
+#[test]
+fn auto_free_relaunches_reuse_what_the_previous_launch_left() {
+    let f = fixture(&[1024 * MIB]);
+    let (e, _) = f.graph_exec(
+        &[768 * MIB],
+        false,
+        CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+    );
+    for i in 0..4 {
+        assert_eq!(f.launch(e), SUCCESS, "launch {i}");
+        assert_eq!(f.used(0), 768 * MIB);
+        f.assert_truth();
+    }
+}
+
+#[test]
+fn memory_backed_beyond_the_admission_is_still_charged() {
+    // A driver that rounds a graph allocation up by 64 MiB: at the edge of
+    // the budget the ledger records what the device holds, over the budget,
+    // and admits nothing more until it comes back.
+    let f = fixture(&[1024 * MIB]);
+    f.drv.state().graph_extra = 64 * MIB;
+    let (e, ptrs) = f.graph_exec(&[1000 * MIB], false, 0);
+    assert_eq!(f.launch(e), SUCCESS);
+    f.assert_truth();
+    assert_eq!(f.used(0), 1064 * MIB);
+    assert_eq!(f.alloc(1), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    assert!(f.free(ptrs[0]).is_success());
+    f.graph_trim();
+    assert_eq!(f.used(0), 0);
+    f.assert_truth();
+}
+
+#[test]
+fn memory_an_instantiation_backs_past_the_budget_is_undone() {
+    let f = fixture(&[1024 * MIB]);
+    f.drv.state().instantiate_backs = 1536 * MIB;
+    let nodes = [(0, 1536 * MIB)];
+    let (g, _) = f.drv.graph(&nodes, &[]);
+    assert_eq!(f.instantiate(g, 0), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    assert_eq!(f.drv.count("cuGraphExecDestroy"), 1, "undone");
+    assert_eq!((f.used(0), f.drv.in_use(0)), (0, 0), "and trimmed");
+    // Within the budget it stays, charged.
+    f.drv.state().instantiate_backs = 512 * MIB;
+    let (g, _) = f.drv.graph(&[(0, 512 * MIB)], &[]);
+    assert!(f.instantiate(g, 0).is_ok());
+    assert_eq!(f.used(0), 512 * MIB);
+    f.assert_truth();
+}
+
+#[test]
+fn memory_nodes_of_child_graphs_are_found() {
+    let f = fixture(&[1024 * MIB]);
+    let (parent, _) = f.drv.graph(&[], &[]);
+    let (child, _) = f.drv.graph(&[(0, 700 * MIB)], &[]);
+    let (grandchild, _) = f.drv.graph(&[(0, 400 * MIB)], &[]);
+    f.drv.add_child(child, grandchild);
+    f.drv.add_child(parent, child);
+    let nodes = f.mem().graph_memory_nodes(parent).unwrap();
+    assert_eq!(
+        nodes.allocs.iter().map(|a| a.bytes).sum::<u64>(),
+        1100 * MIB
+    );
+    let e = f.instantiate(parent, 0).unwrap();
+    assert_eq!(f.launch(e), CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    assert_eq!(f.drv.in_use(0), 0);
+    // Nested past what vgpu looks into: charged after each launch.
+    let (deep, _) = f.drv.graph(&[(0, 100 * MIB)], &[]);
+    let mut top = deep;
+    for _ in 0..9 {
+        let (g, _) = f.drv.graph(&[], &[]);
+        f.drv.add_child(g, top);
+        top = g;
+    }
+    assert!(f.mem().graph_memory_nodes(top).unwrap().unlisted);
+    let e = f.instantiate(top, 0).unwrap();
+    assert_eq!(f.launch(e), SUCCESS);
+    assert_eq!(f.used(0), 100 * MIB);
+    f.assert_truth();
+}
+
+#[test]
+fn a_graph_whose_nodes_cannot_be_listed_is_charged_after_its_launch() {
+    let f = fixture(&[1024 * MIB]);
+    let (g, _) = f.drv.graph(&[(0, 300 * MIB)], &[]);
+    f.drv
+        .fail_next("cuGraphGetNodes", CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    let e = f.instantiate(g, 0).unwrap();
+    assert_eq!(f.launch(e), SUCCESS);
+    assert_eq!(f.used(0), 300 * MIB);
+    f.assert_truth();
+}
+
+#[test]
+fn a_context_teardown_takes_the_graph_memory_with_it() {
+    let f = fixture(&[1024 * MIB]);
+    let m = f.mem();
+    assert!(m.primary_retain(0, || Some(0x100), || SUCCESS).is_success());
+    let (e, _) = f.graph_exec(&[256 * MIB], false, 0);
+    assert_eq!(f.launch(e), SUCCESS);
+    assert_eq!(f.used(0), 8 * MIB + 256 * MIB);
+    // The reset frees the context's graph memory (and the driver cannot be
+    // asked about a context that is gone): the charge goes with it.
+    f.drv.fail_next(
+        "cuDeviceGetGraphMemAttribute",
+        CUresult::CUDA_ERROR_INVALID_CONTEXT,
+    );
+    assert!(m.primary_release(0, true, || SUCCESS).is_success());
     assert_eq!(f.used(0), 0);
 }
 
@@ -597,12 +852,26 @@ fn vmm_charge_follows_the_physical_memory_through_release_while_mapped() {
 /// sizes), and the calls that free.
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { bytes: u64, v1: bool },
+    Alloc {
+        bytes: u64,
+        v1: bool,
+    },
     Managed(u64),
-    Pitch { width: u32, height: u32, v1: bool },
+    Pitch {
+        width: u32,
+        height: u32,
+        v1: bool,
+    },
     Free(usize),
-    Array { w: u32, h: u32 },
-    Array3d { w: u32, h: u32, d: u32 },
+    Array {
+        w: u32,
+        h: u32,
+    },
+    Array3d {
+        w: u32,
+        h: u32,
+        d: u32,
+    },
     ArrayDestroy(usize),
     VmmCreate(u64),
     VmmMap(usize),
@@ -616,6 +885,20 @@ enum Op {
     PrimaryRetain,
     PrimaryRelease,
     PrimaryReset,
+    /// A graph of one alloc node (freed in the graph with `free`),
+    /// instantiated (with AUTO_FREE_ON_LAUNCH with `auto`).
+    Graph {
+        bytes: u64,
+        free: bool,
+        auto: bool,
+    },
+    GraphLaunch(usize),
+    GraphUpload(usize),
+    /// A live graph allocation freed outside its graph (`cuMemFree_v2`, or
+    /// `cuMemFreeAsync` with the flag).
+    GraphFree(usize, bool),
+    GraphExecDestroy(usize),
+    GraphTrim,
 }
 
 fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -648,6 +931,17 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         Just(Op::PrimaryRetain),
         Just(Op::PrimaryRelease),
         Just(Op::PrimaryReset),
+        (1..=96u64, any::<bool>(), any::<bool>()).prop_map(|(m, free, auto)| Op::Graph {
+            bytes: m * 4 * MIB,
+            free,
+            auto
+        }),
+        any::<usize>().prop_map(Op::GraphLaunch),
+        any::<usize>().prop_map(Op::GraphLaunch),
+        any::<usize>().prop_map(Op::GraphUpload),
+        (any::<usize>(), any::<bool>()).prop_map(|(i, a)| Op::GraphFree(i, a)),
+        any::<usize>().prop_map(Op::GraphExecDestroy),
+        Just(Op::GraphTrim),
     ]
 }
 
@@ -662,6 +956,8 @@ struct Live {
     async_ptrs: Vec<u64>,
     primary: u32,
     next_va: u64,
+    /// Executables with their allocation's address.
+    execs: Vec<(CUgraphExec, u64)>,
 }
 
 fn pick<T>(v: &[T], i: usize) -> Option<usize> {
@@ -917,13 +1213,71 @@ impl Fixture {
                 assert_eq!(r, SUCCESS);
                 live.primary = 0;
             }
+            Op::Graph { bytes, free, auto } => {
+                let flags = if auto {
+                    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+                } else {
+                    0
+                };
+                let (e, ptrs) = self.graph_exec(&[bytes], free, flags);
+                live.execs.push((e, ptrs[0]));
+            }
+            Op::GraphLaunch(i) => {
+                if let Some(k) = pick(&live.execs, i) {
+                    let r = self.launch(live.execs[k].0);
+                    assert!(
+                        r.is_success()
+                            || r == CUresult::CUDA_ERROR_OUT_OF_MEMORY
+                            || r == CUresult::CUDA_ERROR_INVALID_VALUE,
+                        "{r:?}"
+                    );
+                }
+            }
+            Op::GraphUpload(i) => {
+                if let Some(k) = pick(&live.execs, i) {
+                    let e = live.execs[k].0;
+                    // The fake backs nothing at an upload.
+                    let r = self.mem().graph_run(e, false, || SUCCESS);
+                    assert!(r.is_success() || r == CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                }
+            }
+            Op::GraphFree(i, stream_ordered) => {
+                if let Some(k) = pick(&live.execs, i) {
+                    let p = live.execs[k].1;
+                    if self.drv.state().graph_live.contains_key(&p) {
+                        let r = if stream_ordered {
+                            self.free_async(p)
+                        } else {
+                            self.free(p)
+                        };
+                        assert_eq!(r, SUCCESS);
+                    }
+                }
+            }
+            Op::GraphExecDestroy(i) => {
+                if let Some(k) = pick(&live.execs, i) {
+                    let (e, _) = live.execs.swap_remove(k);
+                    let r = self
+                        .mem()
+                        .graph_exec_destroy(e, || self.drv.graph_exec_destroy(e));
+                    assert_eq!(r, SUCCESS);
+                }
+            }
+            Op::GraphTrim => self.graph_trim(),
         }
     }
 
     /// What the driver does when the primary context goes: its linear
-    /// allocations and arrays go with it (every one here lives in it).
+    /// allocations, arrays, executables and graph memory go with it (every
+    /// one here lives in it).
     fn teardown_primary(&self, live: &mut Live) {
         let mut s = self.drv.state();
+        let g = std::mem::take(&mut s.graph_mem[0]);
+        s.in_use[0] -= g.reserved;
+        s.graph_live.clear();
+        for (e, _) in live.execs.drain(..) {
+            s.execs.remove(&(e.0 as usize));
+        }
         for p in live
             .ptrs
             .drain(..)

@@ -38,9 +38,11 @@ pub fn mem_info(
     let ndev = p.ndev.load(std::sync::atomic::Ordering::Relaxed);
     let dev = memory::current_dev(ndev, drv);
     let limit = p.mem_limit(dev)?;
-    // Pools may have given memory back unseen: their charges follow first.
+    // Pools and graph memory may have given memory back unseen: their
+    // charges follow first.
     if let Some(m) = Mem::of(p, drv) {
         m.settle_all_pools();
+        m.settle_graphs();
     }
     Some(view(Some(limit), p.used(dev), phys_free, phys_total))
 }

@@ -30,6 +30,24 @@
  *   race N                 N threads make their first CUDA call at once
  *   nvmlprocs              NVML process list and utilization of index 0
  *   burn MS                launch 2 ms kernels on the current context for MS ms
+ *   graph N SIZE [free]    a new graph of N alloc nodes of SIZE on ordinal 0
+ *                          (cuGraphAddMemAllocNode), then a free node for each
+ *                          with `free`
+ *   gcapture SIZE [free] [new]
+ *                          a new graph captured on a new stream with
+ *                          cuStreamBeginCaptureToGraph (cuStreamBeginCapture_v2
+ *                          with `new`): cuMemAllocAsync of SIZE (then
+ *                          cuMemFreeAsync with `free`); answers `captured=`,
+ *                          the pointer's address when the capture returned one
+ *   ginst FLAGS            cuGraphInstantiateWithFlags of the last graph
+ *   gupload                cuGraphUpload of the last executable
+ *   glaunch                cuGraphLaunch of the last executable, then
+ *                          cuCtxSynchronize
+ *   gfree                  cuMemFree_v2 of the last graph's allocations
+ *   gfreeasync             cuMemFreeAsync (then cuStreamSynchronize) of them
+ *   gexecdestroy           cuGraphExecDestroy of the last executable
+ *   gtrim                  cuDeviceGraphMemTrim of ordinal 0
+ *   gmem                   cuDeviceGetGraphMemAttribute: used and reserved
  *   quit
  */
 #define _GNU_SOURCE
@@ -94,6 +112,71 @@ static CUmemGenericAllocationHandle g_vh[256];
 static CUdeviceptr g_va[256];
 static size_t g_vs[256];
 static int g_nvh, g_nva;
+
+/* The last graph (and its allocations' addresses) and executable. */
+static CUgraph g_graph;
+static CUgraphExec g_exec;
+static CUdeviceptr g_gptrs[64];
+static int g_ngptr;
+
+/* A graph of `n` alloc nodes of `size` bytes on ordinal 0, then a free node
+ * for each when `with_free`. */
+static CUresult make_graph(unsigned n, size_t size, int with_free) {
+    CUresult r = cuGraphCreate(&g_graph, 0);
+    g_ngptr = 0;
+    CUgraphNode last = NULL;
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < n && i < 64; i++) {
+        CUDA_MEM_ALLOC_NODE_PARAMS p;
+        memset(&p, 0, sizeof p);
+        p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        p.poolProps.location.id = 0;
+        p.bytesize = size;
+        CUgraphNode node = NULL;
+        r = cuGraphAddMemAllocNode(&node, g_graph, last ? &last : NULL, last ? 1 : 0, &p);
+        if (r == CUDA_SUCCESS) {
+            g_gptrs[g_ngptr++] = p.dptr;
+            last = node;
+        }
+    }
+    for (int i = 0; r == CUDA_SUCCESS && with_free && i < g_ngptr; i++) {
+        CUgraphNode node = NULL;
+        r = cuGraphAddMemFreeNode(&node, g_graph, &last, 1, g_gptrs[i]);
+        if (r == CUDA_SUCCESS)
+            last = node;
+    }
+    return r;
+}
+
+/* A graph captured from stream-ordered calls on a new stream: into a new
+ * graph with cuStreamBeginCaptureToGraph (or cuStreamBeginCapture_v2). */
+static CUresult capture_graph(size_t size, int with_free, int classic, CUresult *alloc_rc) {
+    CUstream s = NULL;
+    CUresult r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    g_graph = NULL;
+    g_ngptr = 0;
+    if (r == CUDA_SUCCESS && !classic)
+        r = cuGraphCreate(&g_graph, 0);
+    if (r == CUDA_SUCCESS)
+        r = classic ? cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL)
+                    : cuStreamBeginCaptureToGraph(s, g_graph, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUdeviceptr d = 0;
+    *alloc_rc = cuMemAllocAsync(&d, size, s);
+    if (*alloc_rc == CUDA_SUCCESS) {
+        g_gptrs[g_ngptr++] = d;
+        if (with_free)
+            *alloc_rc = cuMemFreeAsync(d, s);
+    }
+    CUgraph got = NULL;
+    r = cuStreamEndCapture(s, &got);
+    if (r == CUDA_SUCCESS && !classic && got != g_graph)
+        r = CUDA_ERROR_INVALID_VALUE;
+    g_graph = got;
+    cuStreamDestroy_v2(s);
+    return r;
+}
 
 static pthread_barrier_t g_bar;
 static void *racer(void *arg) {
@@ -321,6 +404,48 @@ int main(void) {
             }
             cuCtxSynchronize();
             printf("burn rc=%d launches=%llu\n", (int)r, n);
+        } else if (!strcmp(cmd, "graph")) {
+            char opt[32] = {0};
+            sscanf(rest, "%llu %llu %31s", &a, &b, opt);
+            printf("graph rc=%d\n", (int)make_graph((unsigned)a, (size_t)b, !strcmp(opt, "free")));
+        } else if (!strcmp(cmd, "gcapture")) {
+            char o1[32] = {0}, o2[32] = {0};
+            sscanf(rest, "%llu %31s %31s", &a, o1, o2);
+            int with_free = !strcmp(o1, "free") || !strcmp(o2, "free");
+            int classic = !strcmp(o1, "new") || !strcmp(o2, "new");
+            CUresult ar = CUDA_ERROR_NOT_PERMITTED;
+            CUresult r = capture_graph((size_t)a, with_free, classic, &ar);
+            printf("gcapture rc=%d alloc_rc=%d captured=%d\n", (int)r, (int)ar, g_ngptr);
+        } else if (!strcmp(cmd, "ginst")) {
+            sscanf(rest, "%llu", &a);
+            g_exec = NULL;
+            printf("ginst rc=%d\n", (int)cuGraphInstantiateWithFlags(&g_exec, g_graph, a));
+        } else if (!strcmp(cmd, "gupload")) {
+            printf("gupload rc=%d\n", (int)cuGraphUpload(g_exec, NULL));
+        } else if (!strcmp(cmd, "glaunch")) {
+            CUresult r = cuGraphLaunch(g_exec, NULL);
+            CUresult s2 = cuCtxSynchronize();
+            printf("glaunch rc=%d sync=%d\n", (int)r, (int)s2);
+        } else if (!strcmp(cmd, "gfree") || !strcmp(cmd, "gfreeasync")) {
+            CUresult r = CUDA_SUCCESS;
+            for (int i = 0; i < g_ngptr; i++) {
+                CUresult x = !strcmp(cmd, "gfree") ? cuMemFree_v2(g_gptrs[i]) : cuMemFreeAsync(g_gptrs[i], NULL);
+                if (x != CUDA_SUCCESS)
+                    r = x;
+            }
+            if (!strcmp(cmd, "gfreeasync"))
+                cuStreamSynchronize(NULL);
+            printf("%s rc=%d\n", cmd, (int)r);
+        } else if (!strcmp(cmd, "gexecdestroy")) {
+            printf("gexecdestroy rc=%d\n", (int)cuGraphExecDestroy(g_exec));
+        } else if (!strcmp(cmd, "gtrim")) {
+            printf("gtrim rc=%d\n", (int)cuDeviceGraphMemTrim(0));
+        } else if (!strcmp(cmd, "gmem")) {
+            cuuint64_t u = 0, v = 0;
+            CUresult r = cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &u);
+            if (r == CUDA_SUCCESS)
+                r = cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v);
+            printf("gmem rc=%d used=%llu reserved=%llu\n", (int)r, (unsigned long long)u, (unsigned long long)v);
         } else if (!strcmp(cmd, "nvmlprocs")) {
             nvmlDevice_t h;
             nvmlReturn_t r = nvmlInit_v2();

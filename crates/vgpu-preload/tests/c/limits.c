@@ -86,6 +86,9 @@ typedef struct {
     /* Resolved only to check they are hooks (not called). */
     void *prim_release_v1, *reset_v1, *reset_v2, *ctx_v3, *launch, *launch_ptsz, *pool_create, *pool_destroy, *pool_trim;
     void *stream_sync, *stream_sync_ptsz, *ctx_sync, *event_sync;
+    /* Graph memory: instantiation, upload, launch, destroy, trim, capture. */
+    void *graph_inst, *graph_inst_params, *graph_upload, *graph_launch, *graph_exec_destroy, *graph_trim,
+        *capture_to_graph;
 } ops_t;
 
 static void *by_dlsym(const char *n) { return dlsym(g_cuda, n); }
@@ -131,6 +134,10 @@ static void resolve(ops_t *o, int route) {
         D(pool_trim, "cuMemPoolTrimTo"); D(stream_sync, "cuStreamSynchronize");
         D(stream_sync_ptsz, "cuStreamSynchronize_ptsz"); D(ctx_sync, "cuCtxSynchronize");
         D(event_sync, "cuEventSynchronize");
+        D(graph_inst, "cuGraphInstantiateWithFlags"); D(graph_inst_params, "cuGraphInstantiateWithParams");
+        D(graph_upload, "cuGraphUpload"); D(graph_launch, "cuGraphLaunch");
+        D(graph_exec_destroy, "cuGraphExecDestroy"); D(graph_trim, "cuDeviceGraphMemTrim");
+        D(capture_to_graph, "cuStreamBeginCaptureToGraph");
 #undef D
         return;
     }
@@ -154,6 +161,10 @@ static void resolve(ops_t *o, int route) {
     *(void **)&o->launch_ptsz = by_proc("cuLaunchKernel", nv ? 12090 : 7000, PTSZ);
     P(stream_sync, "cuStreamSynchronize", 2000); P(ctx_sync, "cuCtxSynchronize", 2000);
     P(event_sync, "cuEventSynchronize", 2000);
+    P(graph_inst, "cuGraphInstantiateWithFlags", 11040); P(graph_inst_params, "cuGraphInstantiateWithParams", 12000);
+    P(graph_upload, "cuGraphUpload", 11010); P(graph_launch, "cuGraphLaunch", 10000);
+    P(graph_exec_destroy, "cuGraphExecDestroy", 10000); P(graph_trim, "cuDeviceGraphMemTrim", 11040);
+    P(capture_to_graph, "cuStreamBeginCaptureToGraph", 12030);
     *(void **)&o->stream_sync_ptsz = by_proc("cuStreamSynchronize", nv ? 12090 : 7000, PTSZ);
 #undef P
     if (nv)

@@ -523,11 +523,7 @@ cu! {
         let x = unsafe { inp(v.cast::<u64>()) }?;
         drv()?.reset_graph_mem_high(dev, attr, x)
     }
-    fn cuDeviceGraphMemTrim(dev: CUdevice) {
-        // Graph memory is given back as it is freed: nothing to trim.
-        drv()?.device(dev)?;
-        Ok(())
-    }
+    fn cuDeviceGraphMemTrim(dev: CUdevice) { drv()?.graph_trim(dev) }
 }
 
 unsafe fn cuStreamGetCtx_v2_impl(s: CUstream, ctx: *mut CUcontext, green: *mut *mut c_void) -> R {
