@@ -404,6 +404,99 @@ async fn watchdog_reports_then_kills_the_bypassing_process_and_nothing_else() {
     other.proceed();
 }
 
+/// The hole the interposer leaves open by design: a process of a container
+/// zeroing *another* process's counters in the container's writable region
+/// lets a later allocation past the limit (each process repairs only its
+/// own slot). The node side judges by the driver's truth and catches it
+/// within one watchdog period, naming the process whose slot accounts least
+/// for what it holds (the zeroed one: within one container, killing either
+/// brings the container back under its limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_zeroing_another_processes_counters_is_caught_by_the_watchdog() {
+    let env = Env::new(1);
+    let kubelet = Kubelet::start(&env.dp_dir).await;
+    let agent = env.agent(&["--watchdog-interval", "1s"]);
+    kubelet.wait_registrations(1, Duration::from_secs(20)).await;
+    let u0 = uuid(0);
+    let (ra, uid_a) = allocate(
+        &env,
+        &kubelet,
+        "z",
+        &format!("{u0},NVIDIA,1024,0:;"),
+        &[format!("{u0}-0")],
+    )
+    .await;
+    let cg = cgroup_or_skip!(&uid_a, 5);
+    env.set_running("z", &[("main", &cg.container_id)]);
+    let la = labels("default", "z", "main", &u0);
+    // 700 MiB + the 256 MiB context estimate: 956 MiB of 1 GiB.
+    let mut p1 = Worker::start(
+        &env,
+        true,
+        &container_env(&ra),
+        Some(&cg.dir),
+        &["init", "ctx", "0", "alloc", "700", "ready", "wait"],
+    );
+    p1.expect("ready");
+    assert_eq!(p1.seen, ["alloc ok", "ready"]);
+    wait_for(Duration::from_secs(20), "z judged under its limit", || {
+        (get(&agent.scrape(), "vgpu_container_over_limit", &la) == Some(0.0)).then_some(())
+    });
+    // The tenant writes its own region: every slot's admission totals
+    // (P1's is the only one) to zero, as raw bytes.
+    let path = region_path(&ra);
+    let slots = vgpu_region::Region::open_read_only(&path)
+        .unwrap()
+        .slot_count();
+    assert!(snapshot(&path).slots.iter().any(|s| s.pid == p1.pid()));
+    let off = vgpu_region::layout::totals_offset(slots);
+    let len = vgpu_region::layout::totals_len(slots) as usize;
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::OpenOptions::new().write(true).open(&path).unwrap(),
+        &vec![0u8; len],
+        off,
+    )
+    .unwrap();
+    assert_eq!(snapshot(&path).devices[0].used, 0, "the ledger reads empty");
+    // A second process is admitted against the zeroed ledger.
+    let mut p2 = Worker::start(
+        &env,
+        true,
+        &container_env(&ra),
+        Some(&cg.dir),
+        &["init", "ctx", "0", "alloc", "700", "ready", "wait"],
+    );
+    p2.expect("ready");
+    assert_eq!(p2.seen, ["alloc ok", "ready"], "the hole is there");
+    let crossed = Instant::now();
+    let ev = wait_for(Duration::from_secs(20), "the detection Event", || {
+        env.fx
+            .list::<k8s_openapi::api::core::v1::Event>()
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("VgpuMemoryOverLimitDetected"))
+    });
+    let latency = crossed.elapsed();
+    eprintln!("watchdog detection latency (zeroed counters): {latency:?}");
+    assert!(
+        latency < Duration::from_secs(4),
+        "detected after {latency:?}"
+    );
+    assert_eq!(ev.involved_object.name.as_deref(), Some("z"));
+    let msg = ev.message.unwrap_or_default();
+    assert!(
+        msg.contains(&format!("most unaccounted: host pid {}", p1.pid())),
+        "{msg}"
+    );
+    let text = agent.scrape();
+    assert_eq!(get(&text, "vgpu_container_over_limit", &la), Some(1.0));
+    assert!(
+        get(&text, "vgpu_watchdog_detections", &[]).unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    p1.proceed();
+    p2.proceed();
+}
+
 fn make_container_dirs(env: &Env, uid: &str) -> (PathBuf, PathBuf) {
     let rd = env.hook.join(format!("vgpu/containers/{uid}_main"));
     let ld = env.hook.join(format!("vgpu/limits/{uid}_main"));

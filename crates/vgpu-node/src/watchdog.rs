@@ -182,17 +182,31 @@ pub fn decide(
     d
 }
 
-/// Every attributed GPU process with what its own slot accounts for.
-fn candidates(obs: &observe::Observation, regions: &[observe::ContainerRegion]) -> Vec<Candidate> {
-    // (host PID, GPU) → the slot's admission total there.
-    let mut ledger: HashMap<(u32, &str), u64> = HashMap::new();
+/// Every attributed GPU process with what its own slot accounts for. A
+/// slot names its process by host PID once the interposer knows it; a
+/// memory-only process may never need it, so a slot is also matched by
+/// (PID namespace, PID inside it, start time) read from the host's procfs.
+fn candidates(
+    obs: &observe::Observation,
+    regions: &[observe::ContainerRegion],
+    proc_root: &std::path::Path,
+) -> Vec<Candidate> {
+    // (slot identity, GPU) → the slot's admission total there.
+    let mut by_host: HashMap<(u32, &str), u64> = HashMap::new();
+    let mut by_ns: HashMap<((u64, u32, u64), &str), u64> = HashMap::new();
     for r in regions {
         let Some(Ok(s)) = &r.snapshot else { continue };
-        for slot in s.slots.iter().filter(|sl| sl.host_pid != 0) {
+        for slot in &s.slots {
             for sd in &slot.devices {
-                if let Some(dev) = s.devices.iter().find(|d| d.index == sd.index) {
-                    *ledger
-                        .entry((slot.host_pid, dev.uuid.as_str()))
+                let Some(dev) = s.devices.iter().find(|d| d.index == sd.index) else {
+                    continue;
+                };
+                let uuid = dev.uuid.as_str();
+                if slot.host_pid != 0 {
+                    *by_host.entry((slot.host_pid, uuid)).or_default() += sd.usage.total;
+                } else if slot.pid_ns != 0 {
+                    *by_ns
+                        .entry(((slot.pid_ns, slot.pid, slot.start_time), uuid))
                         .or_default() += sd.usage.total;
                 }
             }
@@ -200,20 +214,24 @@ fn candidates(obs: &observe::Observation, regions: &[observe::ContainerRegion]) 
     }
     let mut out = Vec::new();
     for d in &obs.devices {
+        let uuid = d.info.uuid.as_str();
         for p in &d.processes {
             let (Some(key), Some(used)) = (&p.container, p.used_bytes) else {
                 continue;
             };
+            let ledger = by_host.get(&(p.pid, uuid)).copied().or_else(|| {
+                let i = crate::procfs::info(proc_root, p.pid)?;
+                by_ns
+                    .get(&((i.pid_ns?, i.ns_pid?, i.start_time), uuid))
+                    .copied()
+            });
             out.push(Candidate {
                 key: key.clone(),
                 uuid: d.info.uuid.clone(),
                 pid: p.pid,
                 start_time: p.start_time,
                 used,
-                ledger: ledger
-                    .get(&(p.pid, d.info.uuid.as_str()))
-                    .copied()
-                    .unwrap_or(0),
+                ledger: ledger.unwrap_or(0),
             });
         }
     }
@@ -284,7 +302,7 @@ impl Watchdog {
         };
         let d = decide(
             &assessments,
-            &candidates(&obs, &regions),
+            &candidates(&obs, &regions, self.resolver.proc_root()),
             &self.over_since,
             now,
             policy,
