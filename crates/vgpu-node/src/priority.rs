@@ -314,15 +314,13 @@ pub fn apply(layout: &Layout, c: &Change) -> Result<(), PriorityError> {
     l.hold = c.new_hold();
     vgpu_region::limits::write_limits_file_atomic(&file, &l).map_err(err)?;
     if let Some(region) = observe::region_file(&layout.region_dir(key)) {
-        let r = vgpu_region::Region::open(&region).map_err(|source| PriorityError::Region {
-            key: key.to_owned(),
-            source,
-        })?;
-        r.bump_limits_generation()
-            .map_err(|source| PriorityError::Region {
+        // Never through a mapping: the tenant may truncate its region.
+        vgpu_region::Region::bump_limits_generation_in_file(&region).map_err(|source| {
+            PriorityError::Region {
                 key: key.to_owned(),
                 source,
-            })?;
+            }
+        })?;
     }
     Ok(())
 }

@@ -1238,6 +1238,25 @@ impl Region {
         self.view().header.limits_generation.load(Acquire)
     }
 
+    /// `bump_limits_generation` on the file at `path` without mapping it,
+    /// for the node agent: every process of a container can `ftruncate` its
+    /// region, and a writer through a mapping of a truncated file takes
+    /// SIGBUS. The file is opened and its header checked as `open` does
+    /// (never waiting for a creator); the counter is read and written with
+    /// `pread`/`pwrite`. Another writer bumping at the same instant may make
+    /// the two bumps one: both are a change, which is all a reader looks for.
+    pub fn bump_limits_generation_in_file(path: &Path) -> Result<u32, RegionError> {
+        let (f, st) = Dir::open(path)?.open_file(path, true)?;
+        Self::ready_info(&f, &st, path, None, Duration::ZERO)?;
+        let off = std::mem::offset_of!(RawHeader, limits_generation) as u64;
+        let mut b = [0u8; 4];
+        f.read_exact_at(&mut b, off).map_err(io("read", path))?;
+        let next = u32::from_ne_bytes(b).wrapping_add(1);
+        f.write_all_at(&next.to_ne_bytes(), off)
+            .map_err(io("write", path))?;
+        Ok(next)
+    }
+
     /// Tells every process to re-read the limits file (a change the header
     /// does not show, e.g. policy). Refused on a read-only mapping.
     pub fn bump_limits_generation(&self) -> Result<u32, RegionError> {

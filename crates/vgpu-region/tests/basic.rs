@@ -319,6 +319,33 @@ fn the_display_copy_follows_the_limits_file() {
     let ro = Region::open_read_only(&dir.path().join("r")).unwrap();
     assert!(ro.write_display_copy(&f).is_err());
     assert!(ro.bump_limits_generation().is_err());
+    // The node agent's bump goes through the file, not a mapping: a mapping
+    // sees it; a truncated file is refused (no SIGBUS, nothing written).
+    let path = dir.path().join("r");
+    assert_eq!(
+        Region::bump_limits_generation_in_file(&path).unwrap(),
+        g + 3
+    );
+    assert_eq!(r.limits_generation(), g + 3);
+    let len = std::fs::metadata(&path).unwrap().len();
+    drop((r, ro));
+    for cut in [len / 2, 100, 0] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        assert!(
+            Region::bump_limits_generation_in_file(&path).is_err(),
+            "cut to {cut}"
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            cut,
+            "nothing written"
+        );
+    }
 }
 
 /// `open_copy` reads a sparse default-size region's data extents only (a
