@@ -691,7 +691,14 @@ mod tests {
         assert!(LiveProcesses::scan(root).owner_dead(&o));
     }
 
+    // 50 s, mostly sleeping between cycles under its own CPU hogs:
+    // `./scripts/test` runs it beside the e2e tests (which mostly wait) as
+    // one of its side steps (`cargo test --workspace --lib -- --ignored
+    // gc_every_100ms_against`),
+    // not in the timed `cargo test` run where its hogs would starve the
+    // limiter's timing tests.
     #[test]
+    #[ignore = "50 s stress test; ./scripts/test runs it as a side step"]
     fn gc_every_100ms_against_8_live_holders_under_a_cpu_hog_removes_nothing() {
         let t = tempfile::tempdir().unwrap();
         let l = Layout::new(t.path());
