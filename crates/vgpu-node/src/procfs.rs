@@ -1,7 +1,7 @@
 //! Facts about host processes from the host's `/proc` (the agent runs with
 //! `hostPID: true`): start time, PID namespace and the PID inside it. Used
-//! to judge region slots of any namespace and to find the newest process of
-//! a container. Reads only; a process that vanished reads as `None`.
+//! to judge region slots of any namespace and to match a GPU process to its
+//! slot. Reads only; a process that vanished reads as `None`.
 
 use std::path::Path;
 
