@@ -111,7 +111,7 @@ func startStack(t *testing.T, devices int, extraAgentArgs ...string) *stack {
 	t.Cleanup(s.stop)
 	port := freePort()
 	s.objs = render(t, release, releaseNS,
-		"--set", fmt.Sprintf("scheduler.extenderPort=%d", port),
+		"--set", fmt.Sprintf("scheduler.service.httpTargetPort=%d", port),
 		// Fail, not the chart's Ignore: a webhook the API server cannot
 		// use must fail pod creation here, not pass silently.
 		"--set", "scheduler.admissionWebhook.failurePolicy=Fail")
@@ -150,11 +150,17 @@ func startStack(t *testing.T, devices int, extraAgentArgs ...string) *stack {
 	pool.AppendCertsFromPEM(caPEM)
 	s.schedTLS = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 
+	// The device config the pod mounts at /device-config.yaml.
+	dcm := find(s.objs, "ConfigMap", "vgpu-vgpu-scheduler-device")
+	dcfg, _, _ := unstructured.NestedString(dcm.Object, "data", "device-config.yaml")
+	devCfgPath := writeFile(t, s.dir, "device-config.yaml", []byte(dcfg))
+
 	// vgpu scheduler, the Deployment's container arguments.
 	dep := find(s.objs, "Deployment", "vgpu-vgpu-scheduler")
 	vs := containerOf(t, dep, "vgpu-scheduler")
 	mport := freePort()
 	args := withFlags(stringsOf(vs["args"]), map[string]string{
+		"--device-config-file": devCfgPath,
 		// Loopback only here; the chart binds all addresses (the API
 		// server reaches the webhook through the Service).
 		"--http_bind":            fmt.Sprintf("127.0.0.1:%d", port),

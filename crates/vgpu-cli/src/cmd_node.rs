@@ -34,9 +34,13 @@ struct ManifestArgs {
     /// Release name (object name prefix).
     #[arg(long, default_value = "vgpu")]
     release: String,
-    /// Namespace.
+    /// Namespace (the values' namespaceOverride wins).
     #[arg(long, default_value = "kube-system")]
     namespace: String,
+    /// The cluster's Kubernetes version (Helm's `.Capabilities.KubeVersion`):
+    /// the kube-scheduler image's tag when the values leave it empty.
+    #[arg(long, default_value = manifests::DEFAULT_KUBE_VERSION)]
+    kube_version: String,
     /// JSON (one array) instead of YAML documents.
     #[arg(long)]
     json: bool,
@@ -161,6 +165,10 @@ struct RunArgs {
     /// Check the settings, print them and exit (nothing is started).
     #[arg(long)]
     check: bool,
+    /// HAMi's device plugin takes klog's `-v=N` (its chart's default extra
+    /// argument): accepted and ignored (--log-level sets vgpu's).
+    #[arg(short = 'v', hide = true)]
+    klog_verbosity: Option<String>,
 }
 
 /// `500ms`, `30s`, `5m`, `1h`, or plain seconds.
@@ -266,7 +274,9 @@ fn manifests_cmd(a: ManifestArgs) -> anyhow::Result<ExitCode> {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            serde_saphyr::from_str(&text).with_context(|| format!("values {}", p.display()))?
+            Values::from_yaml(&text)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("values {}", p.display()))?
         }
         None => Values::default(),
     };
@@ -275,6 +285,7 @@ fn manifests_cmd(a: ManifestArgs) -> anyhow::Result<ExitCode> {
         &Release {
             name: a.release,
             namespace: a.namespace,
+            kube_version: a.kube_version,
         },
     );
     if a.json {

@@ -58,14 +58,16 @@ pub struct Args {
     resource_cores: Option<String>,
     #[arg(long, value_name = "NAME")]
     resource_priority: Option<String>,
-    /// Only nodes with these labels (`k=v,k2=v2`).
+    /// Only nodes with these labels (`k=v,k2=v2`; repeated flags add up).
     #[arg(long)]
-    node_label_selector: Option<String>,
+    node_label_selector: Vec<String>,
     /// A node lock older than this is broken (Go duration; HAMI_NODELOCK_EXPIRE too).
     #[arg(long, alias = "node-lock-timeout", env = "HAMI_NODELOCK_EXPIRE", default_value = "5m", value_parser = parse_duration)]
     node_lock_expire: Duration,
-    /// How long a bind waits for another pod's node lock before failing.
-    #[arg(long, alias = "node-lock-retry-timeout", default_value = "10s", value_parser = parse_duration)]
+    /// How long a bind waits for another pod's node lock before failing
+    /// (HAMi's --node-lock-retry-timeout and its default: under the
+    /// extender's 30 s httpTimeout).
+    #[arg(long, alias = "node-lock-retry-timeout", default_value = NODE_LOCK_WAIT_DEFAULT, value_parser = parse_duration)]
     node_lock_wait: Duration,
     /// How often GPU nodes get HAMi's handshake request (0s: never).
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
@@ -96,6 +98,12 @@ pub struct Args {
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true")]
     profiling: Option<String>,
 }
+
+/// HAMi's `--node-lock-retry-timeout` default (28 s): a bind that waits
+/// this long still answers inside kube-scheduler's 30 s extender
+/// `httpTimeout` (the chart's and HAMi's), so the pod gets the lock error
+/// instead of a timeout.
+const NODE_LOCK_WAIT_DEFAULT: &str = "28s";
 
 fn parse_node_policy(s: &str) -> Result<NodePolicy, String> {
     NodePolicy::parse(s).ok_or_else(|| format!("{s:?}: expected binpack or spread"))
@@ -207,7 +215,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 listen: args.http_bind,
                 metrics,
                 tls,
-                node_label_selector: args.node_label_selector.clone(),
+                node_label_selector: (!args.node_label_selector.is_empty())
+                    .then(|| args.node_label_selector.join(",")),
                 handshake_period: (!args.handshake_period.is_zero())
                     .then_some(args.handshake_period),
             },
@@ -240,6 +249,34 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn node_lock_wait_is_hamis_retry_timeout() {
+        use clap::Parser;
+        // HAMi v2.10's --node-lock-retry-timeout default, the library's too.
+        let a = Cli::parse_from(["scheduler"]).args;
+        assert_eq!(a.node_lock_wait, Duration::from_secs(28));
+        assert_eq!(SchedulerConfig::default().node_lock_wait, a.node_lock_wait);
+        // HAMi's spelling, HAMi's chart arguments, repeated label selectors.
+        let a = Cli::parse_from([
+            "scheduler",
+            "--node-lock-retry-timeout=5s",
+            "--node-label-selector=gpu=on",
+            "--node-label-selector=pool=a,zone=b",
+            "--leader-elect=true",
+            "--debug",
+            "-v=4",
+        ])
+        .args;
+        assert_eq!(a.node_lock_wait, Duration::from_secs(5));
+        assert_eq!(a.node_label_selector.join(","), "gpu=on,pool=a,zone=b");
+    }
 
     #[test]
     fn go_durations_and_addresses() {

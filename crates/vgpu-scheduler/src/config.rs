@@ -144,7 +144,9 @@ pub struct SchedulerConfig {
     pub overwrite_env: bool,
     /// A node lock older than this is broken (`HAMI_NODELOCK_EXPIRE`).
     pub node_lock_expiry: Duration,
-    /// How long a bind waits for another pod's node lock before failing.
+    /// How long a bind waits for another pod's node lock before failing
+    /// (HAMi's `--node-lock-retry-timeout`, 28 s: inside the extender's
+    /// 30 s `httpTimeout`).
     pub node_lock_wait: Duration,
     /// A `Requesting_` handshake older than this, on a node whose
     /// allocatable GPU count is 0, means its device plugin is gone.
@@ -224,7 +226,7 @@ impl Default for SchedulerConfig {
             runtime_class_name: String::new(),
             overwrite_env: false,
             node_lock_expiry: Duration::from_secs(300),
-            node_lock_wait: Duration::from_secs(10),
+            node_lock_wait: Duration::from_secs(28),
             handshake_timeout: Duration::from_secs(60),
         }
     }
@@ -233,6 +235,16 @@ impl Default for SchedulerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_lock_wait_defaults_to_hamis_retry_timeout() {
+        // HAMi v2.10 cmd/scheduler: --node-lock-retry-timeout 28s, kept
+        // under kube-scheduler's 30 s extender httpTimeout.
+        assert_eq!(
+            SchedulerConfig::default().node_lock_wait,
+            Duration::from_secs(28)
+        );
+    }
 
     #[test]
     fn reads_hamis_device_config() {
