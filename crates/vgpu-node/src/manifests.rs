@@ -939,14 +939,19 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
     out
 }
 
-fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
-    let node = format!("{}-vgpu-node", r.name);
-    let image = format!(
+/// vgpu's image (both the node agent and the scheduler run it).
+fn vgpu_image(v: &Values) -> String {
+    format!(
         "{}{}:{}",
         with_registry(v, ""),
         v.image.repository,
         v.image.tag
-    );
+    )
+}
+
+fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
+    let node = format!("{}-vgpu-node", r.name);
+    let image = vgpu_image(v);
     let d = &v.device_plugin;
     let vgpu_dir = format!("{}/vgpu", v.global.gpu_hook_path);
     let node_labels = labels("vgpu-node");
@@ -1079,12 +1084,7 @@ fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
 
 fn scheduler_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
     let sched = format!("{}-vgpu-scheduler", r.name);
-    let image = format!(
-        "{}{}:{}",
-        with_registry(v, ""),
-        v.image.repository,
-        v.image.tag
-    );
+    let image = vgpu_image(v);
     let s = &v.scheduler;
     let ks = &s.kube_scheduler;
     let sched_labels = labels("vgpu-scheduler");
