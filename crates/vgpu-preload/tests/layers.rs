@@ -168,3 +168,152 @@ fn the_check_catches_upward_and_sideways_imports() {
     // A module nobody gave a layer fails too.
     assert_eq!(violations("gadget", "").len(), 1);
 }
+
+// ---------------------------------------------------------------------
+// Docs that state the architecture are checked against the code.
+
+/// The backticked paths of `docs/interposer.md`'s "`unsafe` lives in"
+/// item, up to "nowhere else": files (`x.rs`) or directories (`x/`) of
+/// `src/`.
+fn documented_unsafe_places(doc: &str) -> Vec<String> {
+    let start = doc
+        .find("- `unsafe` lives in")
+        .expect("docs/interposer.md states where `unsafe` lives");
+    let item = &doc[start + 2..];
+    let end = item.find("\n- ").unwrap_or(item.len());
+    // What follows "nowhere else" says who checks the list, not where.
+    let end = item[..end].find("nowhere else").unwrap_or(end);
+    item[..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| t.ends_with(".rs") || t.ends_with('/'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Files (relative to `src/`, `/`-separated) that `place` covers.
+fn covers(place: &str, file: &str) -> bool {
+    if place.ends_with('/') {
+        file.starts_with(place)
+    } else {
+        file == place
+    }
+}
+
+/// Differences between the documented places and the files with
+/// `unsafe` code (comments excluded).
+fn unsafe_doc_mismatches(places: &[String], files: &[String]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for f in files {
+        if !places.iter().any(|p| covers(p, f)) {
+            bad.push(format!(
+                "{f} has `unsafe` but docs/interposer.md does not list it"
+            ));
+        }
+    }
+    for p in places {
+        if !files.iter().any(|f| covers(p, f)) {
+            bad.push(format!(
+                "docs/interposer.md lists `{p}`, which has no `unsafe`"
+            ));
+        }
+    }
+    bad
+}
+
+fn has_unsafe(src: &str) -> bool {
+    src.lines().any(|l| {
+        let code = l.find("//").map_or(l, |i| &l[..i]);
+        code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|w| w == "unsafe")
+    })
+}
+
+#[test]
+fn the_unsafe_list_in_the_docs_is_the_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("../../docs/interposer.md")).unwrap();
+    let places = documented_unsafe_places(&doc);
+    let src = root.join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut with_unsafe: Vec<String> = files
+        .iter()
+        .filter(|f| has_unsafe(&std::fs::read_to_string(f).unwrap()))
+        .map(|f| {
+            let rel = f.strip_prefix(&src).unwrap();
+            rel.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect();
+    with_unsafe.sort();
+    assert!(with_unsafe.len() >= 10, "{with_unsafe:?}");
+    let bad = unsafe_doc_mismatches(&places, &with_unsafe);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_unsafe_list_check_catches_both_directions() {
+    let doc = "x\n- `unsafe` lives in `sys.rs`, `ffi/` and `gone.rs`\n  and nowhere else (`t.rs`).\n- next `b.rs`";
+    let places = documented_unsafe_places(doc);
+    assert_eq!(places, ["sys.rs", "ffi/", "gone.rs"]);
+    let files = [
+        "ffi/cuda.rs".to_owned(),
+        "sys.rs".to_owned(),
+        "limiter/mod.rs".to_owned(),
+    ];
+    let bad = unsafe_doc_mismatches(&places, &files);
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(bad[0].contains("limiter/mod.rs"));
+    assert!(bad[1].contains("gone.rs"));
+    assert!(has_unsafe("let x = unsafe { f() };"));
+    assert!(!has_unsafe(
+        "// SAFETY: unsafe in a comment\nfn unsafe_ish() {}"
+    ));
+}
+
+/// The crate names of `docs/architecture.md`'s crate table.
+fn documented_crates(doc: &str) -> BTreeSet<String> {
+    let start = doc.find("## Crates").expect("a ## Crates section");
+    let section = &doc[start..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+    section[..end]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_crate_table_lists_every_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let documented = documented_crates(&doc);
+    let mut actual = BTreeSet::new();
+    for e in std::fs::read_dir(root.join("crates")).unwrap() {
+        let manifest = e.unwrap().path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        let name = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name = \""))
+            .and_then(|n| n.split('"').next())
+            .unwrap_or_else(|| panic!("{} has no name", manifest.display()));
+        actual.insert(name.to_owned());
+    }
+    assert!(actual.len() >= 15, "{actual:?}");
+    let missing: Vec<_> = actual.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&actual).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/architecture.md's crate table: missing {missing:?}, no such crate {stale:?}"
+    );
+    // The parser itself: a table row is read, prose is not.
+    let t = documented_crates("## Crates\n| `a` | rlib |\ntext `b`\n## Next\n| `c` |");
+    assert_eq!(t.into_iter().collect::<Vec<_>>(), ["a"]);
+}
