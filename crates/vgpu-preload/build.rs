@@ -19,10 +19,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use vgpu_cuda_abi::{nvmlReturn_t, CUresult};
+
+include!("src/ffi/front_abi.rs");
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=front/front.c");
     println!("cargo:rerun-if-changed=front/hooks.h");
+    println!("cargo:rerun-if-changed=src/ffi/front_abi.rs");
     println!("cargo:rerun-if-env-changed=CC");
     let target = std::env::var("TARGET").unwrap_or_default();
     if !target.ends_with("-linux-gnu") {
@@ -92,6 +97,17 @@ fn front(cc: &str) {
             "-Wl,-z,noseparate-code",
             "-Wl,-z,norelro",
         ])
+        // The numbers the front shares with the Rust side, from their one
+        // definition each.
+        .arg(format!("-DVGPU_BIND_ABI={BIND_ABI}"))
+        .arg(format!(
+            "-DVGPU_FAIL_CUDA={}",
+            CUresult::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED.0
+        ))
+        .arg(format!(
+            "-DVGPU_FAIL_NVML={}",
+            nvmlReturn_t::NVML_ERROR_LIBRARY_NOT_FOUND.0
+        ))
         .arg("-o")
         .arg(&built)
         .arg("front/front.c")

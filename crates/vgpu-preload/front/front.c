@@ -160,8 +160,14 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void *core;
 static route_fn core_route;
 
-static int fail_cuda(void) { return 303; /* CUDA_ERROR_SHARED_OBJECT_INIT_FAILED */ }
-static int fail_nvml(void) { return 12; /* NVML_ERROR_LIBRARY_NOT_FOUND */ }
+/* build.rs defines these from the Rust side's constants (one source):
+ * BIND_ABI from src/ffi/front_abi.rs, the codes from vgpu-cuda-abi. */
+#if !defined(VGPU_BIND_ABI) || !defined(VGPU_FAIL_CUDA) || !defined(VGPU_FAIL_NVML)
+#error "build.rs passes VGPU_BIND_ABI, VGPU_FAIL_CUDA and VGPU_FAIL_NVML"
+#endif
+/* CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, NVML_ERROR_LIBRARY_NOT_FOUND. */
+static int fail_cuda(void) { return VGPU_FAIL_CUDA; }
+static int fail_nvml(void) { return VGPU_FAIL_NVML; }
 
 /* glibc's dlvsym, found once. */
 HIDDEN void *vgpu_front_real_dlvsym;
@@ -378,7 +384,7 @@ static void load_core(void) {
             name_of[i] = p;
             p += len(p) + 1;
         }
-        impl = bind && core_route ? bind(1, name_of, export_of, N, (void *)real) : NULL;
+        impl = bind && core_route ? bind(VGPU_BIND_ABI, name_of, export_of, N, (void *)real) : NULL;
         if (!impl)
             why = "libvgpu_core.so does not bind (a different build?)";
     }

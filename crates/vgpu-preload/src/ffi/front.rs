@@ -16,8 +16,9 @@ use std::sync::OnceLock;
 
 use super::HookInfo;
 
-/// Version of the binding; the front passes the one it was built for.
-pub const BIND_ABI: u32 = 1;
+// BIND_ABI: the version of the binding; the front passes the one it was
+// built for (build.rs compiles it in from the same file).
+include!("front_abi.rs");
 
 /// The front's export of each hook, in [`super::all`] order.
 static FRONT: OnceLock<Vec<usize>> = OnceLock::new();
