@@ -1,6 +1,7 @@
 //! Two things the crate's own targets cannot do:
 //!
-//! 1. The front object `libvgpu.so` (`front/front.c`, x86_64 Linux): a few
+//! 1. The front object `libvgpu.so` (`front/front.c`, x86_64 and aarch64
+//!    Linux): a few
 //!    kilobytes of jump slots and no load-time symbol relocations, so a
 //!    process that never uses CUDA pays ~nothing for the preload; it loads
 //!    this crate's cdylib (`libvgpu_core.so`, next to it) at its first CUDA
@@ -28,23 +29,47 @@ fn main() {
     println!("cargo:rerun-if-changed=front/front.c");
     println!("cargo:rerun-if-changed=front/hooks.h");
     println!("cargo:rerun-if-changed=src/ffi/front_abi.rs");
-    println!("cargo:rerun-if-env-changed=CC");
     let target = std::env::var("TARGET").unwrap_or_default();
     if !target.ends_with("-linux-gnu") {
         return;
     }
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let cc = c_compiler(&target);
     static_unwinder(&cc);
     // The core's references to its own exports bind to itself, not to the
     // front's exports of the same names (which jump into the core: a loop).
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
-    if target.starts_with("x86_64-") {
+    if target.starts_with("x86_64-") || target.starts_with("aarch64-") {
         front(&cc);
     } else {
         println!(
             "cargo:warning=no libvgpu.so front for {target}: preload libvgpu_core.so directly"
         );
     }
+}
+
+/// The C compiler for `target`, by the `cc` crate's convention:
+/// `CC_<target>` (dashes as underscores), `TARGET_CC` when cross
+/// compiling, `CC`, then `cc` natively or Debian's `<arch>-linux-gnu-gcc`
+/// across (`aarch64-unknown-linux-gnu` → `aarch64-linux-gnu-gcc`).
+fn c_compiler(target: &str) -> String {
+    let host = std::env::var("HOST").unwrap_or_default();
+    let per_target = format!("CC_{}", target.replace('-', "_"));
+    for v in [per_target.as_str(), "TARGET_CC", "CC"] {
+        println!("cargo:rerun-if-env-changed={v}");
+    }
+    let cross = host != target;
+    let set = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    set(&per_target)
+        .or_else(|| if cross { set("TARGET_CC") } else { None })
+        .or_else(|| set("CC"))
+        .unwrap_or_else(|| {
+            if cross {
+                let arch = target.split('-').next().unwrap_or_default();
+                format!("{arch}-linux-gnu-gcc")
+            } else {
+                "cc".into()
+            }
+        })
 }
 
 fn static_unwinder(cc: &str) {

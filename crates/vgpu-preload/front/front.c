@@ -24,7 +24,8 @@
  * with one line on stderr: never a silent pass-through past the limits.
  *
  * Generated list: hooks.h (from the Rust hook table; a test fails when it
- * is stale). x86_64 only; elsewhere libvgpu_core.so is preloaded directly.
+ * is stale). x86_64 and aarch64; elsewhere libvgpu_core.so is preloaded
+ * directly.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -52,6 +53,7 @@ HIDDEN void *vgpu_front_real_dlsym;
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
+#if defined(__x86_64__)
 /* One export per hook: jump through its slot, or take the slow path with
  * the hook's index in r11d (arguments untouched). A hidden alias names the
  * same address for the export table below. */
@@ -145,6 +147,120 @@ __asm__(".text\n"
         "2:\n"
         "  jmp vgpu_front_dlvsym\n"
         ".size dlvsym, .-dlvsym\n");
+#elif defined(__aarch64__)
+/* aarch64: the same four pieces. x16/x17 (IP0/IP1) are the registers the
+ * procedure-call standard leaves to veneers like these; x8 (indirect
+ * result), x0-x7 and q0-q7 carry arguments and are preserved up to the
+ * jump. x30 is never changed on a path that jumps on, so the callee (and
+ * glibc's RTLD_NEXT lookup, which reads the caller's address) sees the
+ * original caller. */
+#define H(i, name, lib)                                                   \
+    __asm__(".text\n"                                                     \
+            ".globl " #name "\n.type " #name ",%function\n"               \
+            ".hidden vgpu_front_h_" #i "\n"                               \
+            ".p2align 2\n"                                                \
+            #name ":\nvgpu_front_h_" #i ":\n"                             \
+            "  adrp x16, vgpu_front_slots+8*" #i "\n"                     \
+            "  ldr x16, [x16, #:lo12:vgpu_front_slots+8*" #i "]\n"        \
+            "  cbz x16, 1f\n"                                             \
+            "  br x16\n"                                                  \
+            "1:\n"                                                        \
+            "  mov w16, #" #i "\n"                                        \
+            "  b vgpu_front_slow\n"                                       \
+            ".size " #name ", .-" #name "\n");                            \
+    extern void vgpu_front_h_##i(void) HIDDEN;
+HOOKS(H)
+#undef H
+
+/* The slow path: a frame holding x29/x30, x0-x8 and q0-q7 (224 bytes,
+ * 16-aligned), resolve, restore, jump to whatever the slot now holds. */
+__asm__(".text\n"
+        ".hidden vgpu_front_slow\n.type vgpu_front_slow,%function\n"
+        ".p2align 2\n"
+        "vgpu_front_slow:\n"
+        "  stp x29, x30, [sp, #-224]!\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n  stp x2, x3, [sp, #32]\n"
+        "  stp x4, x5, [sp, #48]\n  stp x6, x7, [sp, #64]\n"
+        "  str x8, [sp, #80]\n"
+        "  stp q0, q1, [sp, #96]\n  stp q2, q3, [sp, #128]\n"
+        "  stp q4, q5, [sp, #160]\n  stp q6, q7, [sp, #192]\n"
+        "  mov w0, w16\n"
+        "  bl vgpu_front_resolve\n"
+        "  mov x16, x0\n"
+        "  ldp q6, q7, [sp, #192]\n  ldp q4, q5, [sp, #160]\n"
+        "  ldp q2, q3, [sp, #128]\n  ldp q0, q1, [sp, #96]\n"
+        "  ldr x8, [sp, #80]\n"
+        "  ldp x6, x7, [sp, #64]\n  ldp x4, x5, [sp, #48]\n"
+        "  ldp x2, x3, [sp, #32]\n  ldp x0, x1, [sp, #16]\n"
+        "  ldp x29, x30, [sp], #224\n"
+        "  br x16\n"
+        ".size vgpu_front_slow, .-vgpu_front_slow\n");
+
+/* dlsym: RTLD_NEXT ((void *)-1) straight into glibc with x30 intact;
+ * everything else through vgpu_front_dlsym. */
+__asm__(".text\n"
+        ".globl dlsym\n.type dlsym,%function\n"
+        ".hidden vgpu_front_dlsym_self\n"
+        ".p2align 2\n"
+        "dlsym:\nvgpu_front_dlsym_self:\n"
+        "  cmn x0, #1\n"
+        "  b.ne 2f\n"
+        "  adrp x16, vgpu_front_real_dlsym\n"
+        "  ldr x16, [x16, #:lo12:vgpu_front_real_dlsym]\n"
+        "  cbz x16, 3f\n"
+        "  br x16\n"
+        "3:\n"
+        "  stp x29, x30, [sp, #-32]!\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  bl vgpu_front_find_dlsym\n"
+        "  mov x16, x0\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x29, x30, [sp], #32\n"
+        "  cbz x16, 4f\n"
+        "  br x16\n"
+        "4:\n"
+        "  mov x0, #0\n"
+        "  ret\n"
+        "2:\n"
+        "  b vgpu_front_dlsym\n"
+        ".size dlsym, .-dlsym\n");
+
+/* dlvsym: the same shape with three arguments. */
+__asm__(".text\n"
+        ".globl dlvsym\n.type dlvsym,%function\n"
+        ".hidden vgpu_front_dlvsym_self\n"
+        ".p2align 2\n"
+        "dlvsym:\nvgpu_front_dlvsym_self:\n"
+        "  cmn x0, #1\n"
+        "  b.ne 2f\n"
+        "  adrp x16, vgpu_front_real_dlvsym\n"
+        "  ldr x16, [x16, #:lo12:vgpu_front_real_dlvsym]\n"
+        "  cbz x16, 3f\n"
+        "  br x16\n"
+        "3:\n"
+        "  stp x29, x30, [sp, #-48]!\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  str x2, [sp, #32]\n"
+        "  bl vgpu_front_find_dlvsym\n"
+        "  mov x16, x0\n"
+        "  ldr x2, [sp, #32]\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x29, x30, [sp], #48\n"
+        "  cbz x16, 4f\n"
+        "  br x16\n"
+        "4:\n"
+        "  mov x0, #0\n"
+        "  ret\n"
+        "2:\n"
+        "  b vgpu_front_dlvsym\n"
+        ".size dlvsym, .-dlvsym\n");
+#else
+#error "the front has x86_64 and aarch64 paths only (build.rs builds it for those)"
+#endif
+
 /* Hidden names of the two exports: their addresses need no relocation. */
 extern void *dlsym_export(void *, const char *) __asm__("vgpu_front_dlsym_self") HIDDEN;
 extern void *dlvsym_export(void *, const char *, const char *) __asm__("vgpu_front_dlvsym_self") HIDDEN;
@@ -249,8 +365,11 @@ HIDDEN void *vgpu_front_find_dlsym(void) {
         return NULL;
     /* Called from here, RTLD_NEXT is relative to this object: glibc's. */
     p = v(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    /* Older glibc: the architecture's baseline version. */
     if (!p)
-        p = v(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        p = v(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"); /* x86_64 */
+    if (!p)
+        p = v(RTLD_NEXT, "dlsym", "GLIBC_2.17"); /* aarch64 */
     __atomic_store_n(&vgpu_front_real_dlsym, p, __ATOMIC_RELEASE);
     return p;
 }

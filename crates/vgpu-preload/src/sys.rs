@@ -32,11 +32,12 @@ pub(crate) static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_
 
 /// glibc's own `dlsym`, found with `dlvsym(RTLD_NEXT, ..)` so that our
 /// exported `dlsym` never calls itself. Newer glibc versions `dlsym` at
-/// GLIBC_2.34; older ones only at GLIBC_2.2.5.
+/// GLIBC_2.34; older ones only at their baseline version.
 pub fn real_dlsym() -> Option<DlsymFn> {
     let mut p = REAL_DLSYM.load(Ordering::Acquire);
     if p.is_null() {
-        for ver in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+        // 2.2.5: the x86_64 baseline; 2.17: the aarch64 baseline.
+        for ver in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
             // SAFETY: both strings are NUL-terminated literals; dlvsym does
             // not go through our `dlsym` export.
             p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), ver.as_ptr()) };

@@ -119,7 +119,13 @@ pub fn stat_of(pid: u32) -> Result<StatFields, IdentityError> {
 /// unknown (and then this process never judges others dead).
 pub fn current() -> ProcIdentity {
     let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-    let (start_ticks, procfs_ok) = match read_stat("/proc/self/stat") {
+    // The main thread's entry, not `/proc/self/stat`: the same start time
+    // on a kernel, but an emulator (qemu-user, which runs the aarch64 tests)
+    // fabricates `/proc/self/stat` and `/proc/<own pid>/stat` with its own
+    // clock and per thread, and other processes read the kernel's value
+    // when they judge this slot's owner: a mismatch there reads as a reused
+    // PID, and a live owner's slot is reclaimed.
+    let (start_ticks, procfs_ok) = match read_stat(&format!("/proc/self/task/{pid}/stat")) {
         Ok(s) if s.pid == pid => (s.start_ticks, true),
         _ => (0, false),
     };

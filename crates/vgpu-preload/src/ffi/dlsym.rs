@@ -51,18 +51,60 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     )
 }
 
+/// aarch64: the same trampoline. `x30` (the return address glibc reads)
+/// is unchanged on every path that jumps on; `x16` is the veneer scratch
+/// register the procedure-call standard sets aside.
+///
+/// # Safety
+/// The C contract of `dlsym`.
+#[cfg(target_arch = "aarch64")]
+#[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // No Rust runs before the jumps. The resolve path saves x29/x30 and the
+    // two arguments in a 32-byte (16-aligned) frame and restores them
+    // before jumping on.
+    std::arch::naked_asm!(
+        "cmn x0, #1",
+        "b.eq 2f",
+        "b {imp}",
+        "2:",
+        "adrp x16, {real}",
+        "ldr x16, [x16, :lo12:{real}]",
+        "cbz x16, 3f",
+        "br x16",
+        "3:",
+        "stp x29, x30, [sp, #-32]!",
+        "mov x29, sp",
+        "stp x0, x1, [sp, #16]",
+        "bl {resolve}",
+        "mov x16, x0",
+        "ldp x0, x1, [sp, #16]",
+        "ldp x29, x30, [sp], #32",
+        "cbz x16, 4f",
+        "br x16",
+        "4:",
+        "mov x0, #0",
+        "ret",
+        imp = sym dlsym_impl,
+        real = sym crate::sys::REAL_DLSYM,
+        resolve = sym resolve_real_dlsym,
+    )
+}
+
 /// Other architectures: the plain hook (`RTLD_NEXT` is then answered
 /// relative to libvgpu.so; documented in docs/interposer.md).
 ///
 /// # Safety
 /// The C contract of `dlsym`.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // SAFETY: the caller's arguments under the same contract.
     unsafe { dlsym_impl(handle, symbol) }
 }
 
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 extern "C" fn resolve_real_dlsym() -> *mut c_void {
     sys::real_dlsym().map_or(std::ptr::null_mut(), |f| f as *mut c_void)
 }
