@@ -979,7 +979,7 @@ fn no_lookup_function_reaches_past_the_hooks() {
     );
     for route in [
         "dlvsym_default_2_34",
-        "dlvsym_default_2_2_5",
+        "dlvsym_default_base",
         "dlvsym_libc",
         "dlsym_libc",
         "dlvsym_libc_dlvsym",

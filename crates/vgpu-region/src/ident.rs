@@ -112,7 +112,10 @@ fn read_stat(path: &str) -> Result<StatFields, IdentityError> {
 
 /// Reads /proc/<pid>/stat.
 pub fn stat_of(pid: u32) -> Result<StatFields, IdentityError> {
-    read_stat(&format!("/proc/{pid}/stat"))
+    // The thread-group leader's task entry: what `/proc/{pid}/stat` says on
+    // a kernel, and what an emulator passes through even for its own PID
+    // (see `current`).
+    read_stat(&format!("/proc/{pid}/task/{pid}/stat"))
 }
 
 /// The calling process. Never fails: what procfs cannot tell is recorded as

@@ -104,7 +104,10 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     unsafe { dlsym_impl(handle, symbol) }
 }
 
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 extern "C" fn resolve_real_dlsym() -> *mut c_void {
     sys::real_dlsym().map_or(std::ptr::null_mut(), |f| f as *mut c_void)
 }

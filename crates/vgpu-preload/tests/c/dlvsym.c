@@ -7,6 +7,13 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
+/* glibc's first version of dlsym on this architecture (2.34 moved it). */
+#if defined(__aarch64__)
+#define BASE_VERSION "GLIBC_2.17"
+#else
+#define BASE_VERSION "GLIBC_2.2.5"
+#endif
+
 typedef void *(*dlsym_t)(void *, const char *);
 typedef void *(*dlvsym_t)(void *, const char *, const char *);
 typedef CUresult (*alloc_t)(CUdeviceptr *, size_t);
@@ -37,14 +44,14 @@ int main(void) {
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
     void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     dlsym_t v234 = (dlsym_t)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
-    dlsym_t v225 = (dlsym_t)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+    dlsym_t vbase = (dlsym_t)dlvsym(RTLD_DEFAULT, "dlsym", BASE_VERSION);
     dlsym_t vlibc = (dlsym_t)dlvsym(libc, "dlsym", "GLIBC_2.34");
     dlsym_t slibc = (dlsym_t)dlsym(libc, "dlsym");
     dlvsym_t dvlibc = (dlvsym_t)dlsym(libc, "dlvsym");
-    printf("dlsym_is_ours=%d\n", v234 == (dlsym_t)dlsym && v225 == (dlsym_t)dlsym &&
+    printf("dlsym_is_ours=%d\n", v234 == (dlsym_t)dlsym && vbase == (dlsym_t)dlsym &&
                                      vlibc == (dlsym_t)dlsym && slibc == (dlsym_t)dlsym);
     fill("dlvsym_default_2_34", v234 ? (alloc_t)v234(cuda, "cuMemAlloc_v2") : NULL);
-    fill("dlvsym_default_2_2_5", v225 ? (alloc_t)v225(cuda, "cuMemAlloc_v2") : NULL);
+    fill("dlvsym_default_base", vbase ? (alloc_t)vbase(cuda, "cuMemAlloc_v2") : NULL);
     fill("dlvsym_libc", vlibc ? (alloc_t)vlibc(cuda, "cuMemAlloc_v2") : NULL);
     fill("dlsym_libc", slibc ? (alloc_t)slibc(cuda, "cuMemAlloc_v2") : NULL);
     fill("dlvsym_libc_dlvsym",
