@@ -7,7 +7,7 @@
 //! one is held (and `/metrics` says so); after it stops the hold is
 //! removed.
 
-mod node_common;
+use crate::node_common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! (registration, ListAndWatch, Allocate, kubelet restart), the node
 //! annotations in HAMi's formats, and Allocate for one- and multi-device,
 //! multi-container pods (env and mounts exactly) and every refusal.
-mod node_common;
+use crate::node_common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

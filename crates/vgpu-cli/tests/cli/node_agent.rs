@@ -5,7 +5,7 @@
 //! `--enforce kill` hitting it and nothing else), slot reclaim across PID
 //! namespaces and cache GC, and the hosted broker answering a worker in its
 //! own PID namespace.
-mod node_common;
+use crate::node_common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! node monitor and the scheduler report it under the pod's labels.
 //! Everything is a real process on real sockets: the two `vgpu` binaries,
 //! the workers, the simulated driver.
-mod node_common;
+use crate::node_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -3,7 +3,7 @@
 //! replicas binding at once, a restart, HAMi's node lock in every state,
 //! rollback when the binding fails.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,0 +1,10 @@
+//! The scheduler's tests, one test binary with a module per subject (one
+//! link against the Kubernetes crates instead of seven).
+mod common;
+mod api;
+mod decide;
+mod fit_table;
+mod hami_formats;
+mod metrics;
+mod tls;
+mod webhook;
