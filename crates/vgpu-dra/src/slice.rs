@@ -439,9 +439,9 @@ mod tests {
             f(d.capacity.as_mut().unwrap().get_mut(key).unwrap());
             validate(&d)
         };
-        let range = |c: &mut DeviceCapacity| -> &mut CapacityRequestPolicyRange {
+        fn range(c: &mut DeviceCapacity) -> &mut CapacityRequestPolicyRange {
             c.request_policy.as_mut().unwrap().valid_range.as_mut().unwrap()
-        };
+        }
         let bad: Vec<(&str, Box<dyn Fn(&mut DeviceCapacity)>, &str)> = vec![
             ("memory", Box::new(|c| c.value = q("81919.5Mi")), "max must not exceed"),
             ("cores", Box::new(|c| range(c).min = q("101")), "min must not exceed"),
