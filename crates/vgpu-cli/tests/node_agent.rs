@@ -741,7 +741,10 @@ async fn dra_mode_prepares_a_share_that_the_monitor_labels() {
         Some(u0.as_str())
     );
     assert_eq!(dev.allow_multiple_allocations, Some(true));
-    assert!(!env.dp_dir.join("vgpu.sock").exists(), "no device plugin in dra mode");
+    assert!(
+        !env.dp_dir.join("vgpu.sock").exists(),
+        "no device plugin in dra mode"
+    );
     assert_eq!(env.node_annotation(vgpu_hami::keys::NODE_REGISTER), None);
 
     // A pod whose container `main` uses request `gpu` of claim `c1`.
@@ -836,7 +839,9 @@ async fn dra_mode_prepares_a_share_that_the_monitor_labels() {
     );
     assert_eq!(get(&text, "vgpu_container_sm_limit_ratio", &l), Some(50.0));
     let region = host_of("/tmp/vgpu/region.cache");
-    let s = vgpu_region::Region::open_read_only(&region).unwrap().snapshot();
+    let s = vgpu_region::Region::open_read_only(&region)
+        .unwrap()
+        .snapshot();
     assert_eq!(
         get(&text, "hami_vgpu_memory_used_bytes", &l),
         Some(s.devices[0].used as f64)
@@ -851,5 +856,8 @@ async fn dra_mode_prepares_a_share_that_the_monitor_labels() {
     assert_eq!(r.claims[&cuid].error, "");
     assert!(!spec_path.exists() && !region.exists());
     agent.stop();
-    assert!(!reg_sock.exists(), "the registration socket goes with the agent");
+    assert!(
+        !reg_sock.exists(),
+        "the registration socket goes with the agent"
+    );
 }

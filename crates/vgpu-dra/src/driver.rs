@@ -149,7 +149,10 @@ pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, DriverError> {
     if c.version != CHECKPOINT_VERSION {
         return Err(DriverError::Checkpoint {
             path: path.into(),
-            why: format!("version {} (this driver writes {CHECKPOINT_VERSION})", c.version),
+            why: format!(
+                "version {} (this driver writes {CHECKPOINT_VERSION})",
+                c.version
+            ),
         });
     }
     Ok(c)
@@ -204,7 +207,11 @@ pub fn write_files(cfg: &DriverConfig, uid: &str, record: &ClaimRecord) -> Resul
 }
 
 /// Removes a claim's CDI spec, limits and region directories.
-pub fn remove_files(cfg: &DriverConfig, uid: &str, record: &ClaimRecord) -> Result<(), DriverError> {
+pub fn remove_files(
+    cfg: &DriverConfig,
+    uid: &str,
+    record: &ClaimRecord,
+) -> Result<(), DriverError> {
     let l = &cfg.alloc.layout;
     remove_file(&cdi::spec_path(&cfg.cdi_dir, &cfg.driver, uid))?;
     for s in &record.shares {
@@ -291,7 +298,9 @@ impl Driver {
             match api.get_opt(&r.name).await {
                 Ok(Some(p)) if p.metadata.uid.as_deref() == Some(r.uid.as_str()) => out.push(p),
                 Ok(_) => {}
-                Err(e) => tracing::warn!(pod = %format!("{ns}/{}", r.name), "reading a pod that reserves the claim: {e}"),
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{ns}/{}", r.name), "reading a pod that reserves the claim: {e}")
+                }
             }
         }
         out
@@ -340,7 +349,8 @@ impl Driver {
             gpus: &gpus,
             alloc: &self.cfg.alloc,
         };
-        let mut record = plan::plan_claim(&input, &claim, &c.uid, &pods).map_err(|e| e.to_string())?;
+        let mut record =
+            plan::plan_claim(&input, &claim, &c.uid, &pods).map_err(|e| e.to_string())?;
         plan::check_fit(&state.claims, &c.uid, &record, &gpus).map_err(|e| e.to_string())?;
         let ck = self.cfg.checkpoint();
         // A record left half-done (its undo failed at start) goes first.

@@ -99,10 +99,7 @@ pub fn gpu_facts(gpus: &dyn Gpus) -> Vec<slice::GpuFacts> {
 /// Runs the DRA driver in the agent until shutdown: node state (the
 /// checkpoint recovered), the ResourceSlice publisher, the sockets.
 pub async fn run(ctx: AgentContext, flags: DraFlags) -> Result<(), String> {
-    let cfg = flags.config(
-        &ctx.cfg.node_name,
-        AllocSettings::from_config(&ctx.cfg),
-    );
+    let cfg = flags.config(&ctx.cfg.node_name, AllocSettings::from_config(&ctx.cfg));
     let g1 = ctx.gpus.clone();
     let d = driver::Driver::open(
         cfg.clone(),

@@ -326,7 +326,11 @@ pub fn plan_claim(
             why: why.into(),
         };
         if memory == 0 || memory > full {
-            return Err(cap_err(MEMORY, memory, "outside 1 byte ..= the GPU's memory"));
+            return Err(cap_err(
+                MEMORY,
+                memory,
+                "outside 1 byte ..= the GPU's memory",
+            ));
         }
         let cores = match cores {
             None | Some(100) => None,
@@ -359,7 +363,8 @@ pub fn plan_claim(
                 .map(|(i, _)| i)
                 .collect();
             if idx.len() > 1 {
-                let reqs: BTreeSet<&str> = idx.iter().map(|&i| shares[i].request.as_str()).collect();
+                let reqs: BTreeSet<&str> =
+                    idx.iter().map(|&i| shares[i].request.as_str()).collect();
                 return Err(PlanError::TwoShares {
                     claim: format!("{namespace}/{name}"),
                     pod: format!("{pod_ns}/{pod_name}"),
@@ -428,7 +433,9 @@ pub fn check_fit(
         *cores.entry(&s.device).or_default() += u64::from(s.cores.unwrap_or(0));
     }
     for s in &new.shares {
-        let Some(g) = slice::parse_device_name(&s.device).and_then(|i| gpus.iter().find(|g| g.index == i)) else {
+        let Some(g) =
+            slice::parse_device_name(&s.device).and_then(|i| gpus.iter().find(|g| g.index == i))
+        else {
             continue;
         };
         let m = mem[s.device.as_str()];

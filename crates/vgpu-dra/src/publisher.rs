@@ -101,7 +101,9 @@ impl Publisher {
             .await
             .map_err(|e| format!("reading back ResourceSlice {name}: {e}"))?;
         if let Err(e) = slice::check_kept(&back).and(slice::check_kept(&stored)) {
-            return Err(format!("ResourceSlice {name}: dropped consumable-capacity fields: {e}"));
+            return Err(format!(
+                "ResourceSlice {name}: dropped consumable-capacity fields: {e}"
+            ));
         }
         Ok(Reconciled::Written(back.spec.pool.generation))
     }

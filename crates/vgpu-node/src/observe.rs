@@ -428,17 +428,24 @@ mod tests {
         }))
         .unwrap();
         let share = layout::dra_share_key("claim-1", "gpu-0", Some("s1"));
-        let shares = BTreeMap::from([(share.clone(), vec![("pod-1".to_string(), "a".to_string())])]);
+        let shares =
+            BTreeMap::from([(share.clone(), vec![("pod-1".to_string(), "a".to_string())])]);
         let ix = PodIndex::new(&[pod]).with_dra_shares(&shares);
         let id = |c: &str| CgroupIdentity {
             pod_uid: Some("pod-1".into()),
             container_id: c.repeat(64),
         };
         assert_eq!(ix.resolve(&id("a")), Some(share.clone()));
-        assert_eq!(ix.resolve(&id("b")), Some(layout::container_key("pod-1", "b")));
+        assert_eq!(
+            ix.resolve(&id("b")),
+            Some(layout::container_key("pod-1", "b"))
+        );
         assert_eq!(ix.owner_of(&share), Some(("pod-1", "a")));
         assert_eq!(ix.owner_of("pod-1_b"), Some(("pod-1", "b")));
-        assert_eq!(ix.owner_of(&layout::dra_share_key("gone", "gpu-0", None)), None);
+        assert_eq!(
+            ix.owner_of(&layout::dra_share_key("gone", "gpu-0", None)),
+            None
+        );
 
         let t = tempfile::tempdir().unwrap();
         let l = layout::Layout::new(t.path());
