@@ -450,7 +450,8 @@ mod tests {
                 .as_mut()
                 .unwrap()
         }
-        let bad: Vec<(&str, Box<dyn Fn(&mut DeviceCapacity)>, &str)> = vec![
+        type Edit = Box<dyn Fn(&mut DeviceCapacity)>;
+        let bad: Vec<(&str, Edit, &str)> = vec![
             (
                 "memory",
                 Box::new(|c| c.value = q("81919.5Mi")),

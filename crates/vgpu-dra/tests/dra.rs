@@ -251,7 +251,8 @@ async fn kubelet_calls_over_the_sockets() {
     let u = uid(&c1);
     let got = &r1.claims[&u];
     assert_eq!(got.error, "");
-    let devs: Vec<(Vec<String>, &str, &str, Vec<String>, Option<&str>)> = got
+    type Dev<'a> = (Vec<String>, &'a str, &'a str, Vec<String>, Option<&'a str>);
+    let devs: Vec<Dev> = got
         .devices
         .iter()
         .map(|d| {
