@@ -152,8 +152,10 @@ impl Publisher {
                             ev = s.next() => match ev {
                                 Some(Ok(WatchEvent::Deleted(_))) | Some(Ok(WatchEvent::Modified(_))) => break,
                                 Some(Ok(_)) => {}
-                                // Watch gone: fall back to the timer.
-                                Some(Err(_)) | None => { watch_gone = true; break }
+                                // The server ended the watch: start over.
+                                None => break,
+                                // A broken watch: fall back to the timer.
+                                Some(Err(_)) => { watch_gone = true; break }
                             }
                         }
                     }

@@ -455,11 +455,13 @@ async fn kubelet_calls_over_the_sockets() {
 async fn the_slice_is_published_and_recreated() {
     let api = ApiFixture::start();
     node(&api);
+    let now = Arc::new(std::sync::Mutex::new(gpus()));
+    let seen = now.clone();
     let p = vgpu_dra::publisher::Publisher {
         client: api.client(),
         driver: DRIVER.into(),
         node: NODE.into(),
-        gpus: Box::new(gpus),
+        gpus: Box::new(move || seen.lock().unwrap().clone()),
         period: Duration::from_secs(60),
     };
     assert_eq!(
@@ -469,6 +471,21 @@ async fn the_slice_is_published_and_recreated() {
     assert_eq!(
         p.reconcile().await.unwrap(),
         vgpu_dra::publisher::Reconciled::Unchanged
+    );
+    // A GPU added: the next generation of the pool.
+    now.lock().unwrap().push(GpuFacts {
+        index: 1,
+        uuid: "GPU-9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f".into(),
+        ..gpus()[0].clone()
+    });
+    assert_eq!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Written(2)
+    );
+    now.lock().unwrap().pop();
+    assert_eq!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Written(3)
     );
     let s: ResourceSlice = api.get("", "node-a-vgpu.io").unwrap();
     let v = serde_json::to_value(&s).unwrap();
