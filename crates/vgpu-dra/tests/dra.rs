@@ -501,6 +501,21 @@ async fn the_slice_is_published_and_recreated() {
     );
     assert_eq!(v["spec"]["devices"][0]["allowMultipleAllocations"], true);
 
+    // An API server with DRAConsumableCapacity off keeps the slice without
+    // the sharing fields: an error that says so, never "published".
+    api.set_consumable_capacity(false);
+    now.lock().unwrap()[0].memory_total = 40 << 30;
+    let e = p.reconcile().await.unwrap_err();
+    assert!(e.contains("dropped consumable-capacity fields"), "{e}");
+    assert!(e.contains("DRAConsumableCapacity"), "{e}");
+    let e = p.reconcile().await.unwrap_err();
+    assert!(e.contains("dropped consumable-capacity fields"), "{e}");
+    api.set_consumable_capacity(true);
+    assert!(matches!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Written(_)
+    ));
+
     // Run it; delete the slice (the kubelet does at its start): it returns.
     let (tx, sd) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(p.run(sd));
