@@ -741,6 +741,23 @@ async fn dra_mode_prepares_a_share_that_the_monitor_labels() {
         Some(u0.as_str())
     );
     assert_eq!(dev.allow_multiple_allocations, Some(true));
+    // What NVML tells beyond the basics reaches the slice.
+    let attrs = dev.attributes.as_ref().unwrap();
+    for a in [
+        "cudaComputeCapability",
+        "driverVersion",
+        "architecture",
+        "productName",
+    ] {
+        assert!(attrs.contains_key(a), "{a} in {attrs:?}");
+    }
+    assert!(
+        dev.capacity.as_ref().unwrap()["memory"]
+            .value
+            .0
+            .ends_with("Mi"),
+        "memory in Mi"
+    );
     assert!(
         !env.dp_dir.join("vgpu.sock").exists(),
         "no device plugin in dra mode"
