@@ -180,8 +180,14 @@ fn remove_file(p: &Path) -> Result<(), DriverError> {
 }
 
 /// Writes a claim's limits files, directories and CDI spec (idempotent);
-/// the failpoints fire after the limits and after the spec.
-pub fn write_files(cfg: &DriverConfig, uid: &str, record: &ClaimRecord) -> Result<(), DriverError> {
+/// in a prepare (`in_prepare`) the failpoints fire after the limits and
+/// after the spec (never in the rewrite at start).
+pub fn write_files(
+    cfg: &DriverConfig,
+    uid: &str,
+    record: &ClaimRecord,
+    in_prepare: bool,
+) -> Result<(), DriverError> {
     let l = &cfg.alloc.layout;
     let le = |e: layout::LayoutError| DriverError::Host(e.to_string());
     layout::ensure_dir_all(&l.containers_dir(), 0o755).map_err(le)?;
@@ -195,14 +201,18 @@ pub fn write_files(cfg: &DriverConfig, uid: &str, record: &ClaimRecord) -> Resul
         vgpu_region::limits::write_limits_file_atomic(&l.limits_file(&s.key), &limits)
             .map_err(|e| DriverError::Host(format!("limits file of {}: {e}", s.key)))?;
     }
-    failpoint("limits-written");
+    if in_prepare {
+        failpoint("limits-written");
+    }
     layout::ensure_dir_all(&cfg.cdi_dir, 0o755).map_err(le)?;
     let spec = plan::cdi_spec(&cfg.driver, record, &cfg.alloc);
     spec.validate()
         .map_err(|e| DriverError::Host(format!("claim {uid}: {e}")))?;
     let path = cdi::spec_path(&cfg.cdi_dir, &cfg.driver, uid);
     layout::write_atomic(&path, spec.render().as_bytes(), 0o644).map_err(host("writing", &path))?;
-    failpoint("cdi-written");
+    if in_prepare {
+        failpoint("cdi-written");
+    }
     Ok(())
 }
 
@@ -248,7 +258,7 @@ impl Driver {
             save_checkpoint(&cfg.checkpoint(), &c)?;
         }
         for (uid, r) in &c.claims {
-            write_files(&cfg, uid, r)?;
+            write_files(&cfg, uid, r, false)?;
         }
         let d = Driver {
             cfg,
@@ -360,7 +370,7 @@ impl Driver {
         state.claims.insert(c.uid.clone(), record.clone());
         save_checkpoint(&ck, state).map_err(|e| e.to_string())?;
         failpoint("checkpoint-started");
-        if let Err(e) = write_files(&self.cfg, &c.uid, &record) {
+        if let Err(e) = write_files(&self.cfg, &c.uid, &record, true) {
             let _ = remove_files(&self.cfg, &c.uid, &record);
             state.claims.remove(&c.uid);
             let _ = save_checkpoint(&ck, state);
