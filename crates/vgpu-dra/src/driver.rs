@@ -342,6 +342,12 @@ impl Driver {
     ) -> Result<Vec<PreparedDevice>, String> {
         if let Some(r) = state.claims.get(&c.uid) {
             if r.state == ClaimState::PrepareCompleted {
+                // Prepared: the same answer; files someone removed since
+                // (a CDI tmpfs emptied) come back first.
+                let spec = cdi::spec_path(&self.cfg.cdi_dir, &self.cfg.driver, &c.uid);
+                if !spec.exists() {
+                    write_files(&self.cfg, &c.uid, r, false).map_err(|e| e.to_string())?;
+                }
                 return Ok(r.devices.clone());
             }
         }

@@ -317,7 +317,14 @@ async fn kubelet_calls_over_the_sockets() {
     );
     assert!(l.region_dir(&ka).is_dir() && l.region_dir(&kb).is_dir());
     let spec_path = cfg.cdi_dir.join(format!("vgpu.io-claim_{u}.json"));
-    let spec = vgpu_dra::cdi::Spec::parse(&std::fs::read_to_string(&spec_path).unwrap()).unwrap();
+    let text = std::fs::read_to_string(&spec_path).unwrap();
+    // A spec removed under a prepared claim comes back, the same, on the
+    // kubelet's next prepare.
+    std::fs::remove_file(&spec_path).unwrap();
+    let r3: v1::NodePrepareResourcesResponse = call(&ch, PREPARE, req.clone()).await;
+    assert_eq!(r1, r3);
+    assert_eq!(std::fs::read_to_string(&spec_path).unwrap(), text);
+    let spec = vgpu_dra::cdi::Spec::parse(&text).unwrap();
     assert_eq!(spec.kind, "vgpu.io/claim");
     let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, [format!("{u}-gpu-0-s-a"), format!("{u}-gpu-0-s-b")]);
