@@ -6,7 +6,8 @@
 //! way it would be silently dropped by a real server.
 //!
 //! Served: pods (with `status` and `binding` subresources), nodes (with
-//! `status`), core and `events.k8s.io/v1` events, configmaps, namespaces;
+//! `status`), core and `events.k8s.io/v1` events, configmaps, namespaces,
+//! `resource.k8s.io/v1` resourceslices, resourceclaims (+status), deviceclasses;
 //! get, list, watch (from a resourceVersion, or the current objects first;
 //! 410 once compacted; no bookmarks), create, replace, delete (immediate,
 //! with preconditions), merge patch and JSON patch (strategic merge and
@@ -296,6 +297,14 @@ impl ApiFixture {
     /// The current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.store().resource_version()
+    }
+
+    /// Plays an API server with the `DRAConsumableCapacity` feature gate off
+    /// (`false`) or on (the default): while off, ResourceSlice writes lose
+    /// `allowMultipleAllocations` and every capacity's `requestPolicy`
+    /// without an error.
+    pub fn set_consumable_capacity(&self, on: bool) {
+        self.store().consumable_capacity_off = !on;
     }
 
     /// Drops the change history: a watch from an older resourceVersion gets

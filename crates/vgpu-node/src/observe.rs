@@ -38,6 +38,33 @@ pub struct PodIndex {
     pub containers: HashMap<String, Vec<String>>,
     /// The pods themselves, by UID.
     pub pods: HashMap<String, Pod>,
+    /// DRA share key → the (pod UID, container) that use it, first the one
+    /// its series are labelled with.
+    pub dra_owners: HashMap<String, Vec<(String, String)>>,
+    /// (pod UID, container) → the DRA share key whose region it uses.
+    pub dra_by_container: HashMap<(String, String), String>,
+}
+
+/// The containers that use each prepared DRA share, as the DRA driver
+/// knows them (from the claim's `reservedFor` pods at prepare time): share
+/// key → (pod UID, container) list. The agent folds it into each
+/// [`PodIndex`], so the monitor and the watchdog treat a share like a
+/// device-plugin container.
+#[derive(Default)]
+pub struct DraShares {
+    inner: std::sync::RwLock<BTreeMap<String, Vec<(String, String)>>>,
+}
+
+impl DraShares {
+    /// Replaces the map.
+    pub fn set(&self, map: BTreeMap<String, Vec<(String, String)>>) {
+        *self.inner.write().unwrap_or_else(|e| e.into_inner()) = map;
+    }
+
+    /// The current map.
+    pub fn get(&self) -> BTreeMap<String, Vec<(String, String)>> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl PodIndex {
@@ -89,15 +116,47 @@ impl PodIndex {
         ix
     }
 
+    /// Adds the DRA shares' users.
+    pub fn with_dra_shares(mut self, shares: &BTreeMap<String, Vec<(String, String)>>) -> PodIndex {
+        for (key, owners) in shares {
+            for o in owners {
+                self.dra_by_container
+                    .entry(o.clone())
+                    .or_insert_with(|| key.clone());
+            }
+            self.dra_owners.insert(key.clone(), owners.clone());
+        }
+        self
+    }
+
+    /// The region key of container `name` of pod `uid`: its DRA share when
+    /// it uses one, else its device-plugin key.
+    fn key_of(&self, uid: &str, name: &str) -> String {
+        self.dra_by_container
+            .get(&(uid.to_owned(), name.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| layout::container_key(uid, name))
+    }
+
+    /// The (pod UID, container) a region key belongs to: a device-plugin
+    /// key names them, a DRA share its first user.
+    pub fn owner_of<'a>(&'a self, key: &'a str) -> Option<(&'a str, &'a str)> {
+        if let Some(k) = layout::parse_container_key(key) {
+            return Some(k);
+        }
+        let (uid, ctr) = self.dra_owners.get(key)?.first()?;
+        Some((uid.as_str(), ctr.as_str()))
+    }
+
     /// The container a cgroup identity names: by container ID, else the
     /// only container of the named pod.
     pub fn resolve(&self, id: &CgroupIdentity) -> Option<String> {
         if let Some((uid, name)) = self.by_container_id.get(&id.container_id) {
-            return Some(layout::container_key(uid, name));
+            return Some(self.key_of(uid, name));
         }
         let uid = id.pod_uid.as_ref()?;
         match self.containers.get(uid).map(Vec::as_slice) {
-            Some([only]) => Some(layout::container_key(uid, only)),
+            Some([only]) => Some(self.key_of(uid, only)),
             _ => None,
         }
     }
@@ -311,7 +370,7 @@ pub fn scan_regions(l: &layout::Layout) -> Vec<ContainerRegion> {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|k| layout::parse_container_key(k).is_some())
+        .filter(|k| layout::is_region_key(k))
         .collect();
     keys.sort();
     keys.into_iter()
@@ -353,6 +412,49 @@ pub fn slot_pids(regions: &[ContainerRegion]) -> HashMap<u32, String> {
 mod tests {
     use super::*;
     use std::os::unix::fs::FileExt;
+
+    /// A container that uses a DRA share resolves to the share's region
+    /// key, the share's series are labelled with its first user, and the
+    /// scan finds share directories beside device-plugin ones.
+    #[test]
+    fn dra_shares_map_to_their_containers() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "pod-1"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+            "status": {"containerStatuses": [
+                {"name": "a", "containerID": format!("containerd://{}", "a".repeat(64)), "image": "", "imageID": "", "ready": true, "restartCount": 0},
+                {"name": "b", "containerID": format!("containerd://{}", "b".repeat(64)), "image": "", "imageID": "", "ready": true, "restartCount": 0}
+            ]},
+        }))
+        .unwrap();
+        let share = layout::dra_share_key("claim-1", "gpu-0", Some("s1"));
+        let shares =
+            BTreeMap::from([(share.clone(), vec![("pod-1".to_string(), "a".to_string())])]);
+        let ix = PodIndex::new(&[pod]).with_dra_shares(&shares);
+        let id = |c: &str| CgroupIdentity {
+            pod_uid: Some("pod-1".into()),
+            container_id: c.repeat(64),
+        };
+        assert_eq!(ix.resolve(&id("a")), Some(share.clone()));
+        assert_eq!(
+            ix.resolve(&id("b")),
+            Some(layout::container_key("pod-1", "b"))
+        );
+        assert_eq!(ix.owner_of(&share), Some(("pod-1", "a")));
+        assert_eq!(ix.owner_of("pod-1_b"), Some(("pod-1", "b")));
+        assert_eq!(
+            ix.owner_of(&layout::dra_share_key("gone", "gpu-0", None)),
+            None
+        );
+
+        let t = tempfile::tempdir().unwrap();
+        let l = layout::Layout::new(t.path());
+        for k in [share.as_str(), "pod-1_b", "junk"] {
+            std::fs::create_dir_all(l.region_dir(k)).unwrap();
+        }
+        let keys: Vec<String> = scan_regions(&l).into_iter().map(|r| r.key).collect();
+        assert_eq!(keys, [share, "pod-1_b".to_string()]);
+    }
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
