@@ -1,6 +1,6 @@
 //! libvgpu.so on the simulated driver, driven by real processes: the C
 //! client compiled against NVIDIA's headers and the dlopen-based tenant.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;

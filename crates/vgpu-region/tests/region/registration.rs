@@ -1,5 +1,5 @@
 //! 256 fork+exec workers released together register without a global lock.
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::BufReader;

@@ -1,7 +1,7 @@
 //! The limits file on real files: strict reads that never follow a symlink,
 //! never block on a FIFO and never read unbounded input; atomic writes with
 //! an explicit mode; a property-tested round trip; the fuzz seeds.
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};

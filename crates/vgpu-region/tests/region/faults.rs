@@ -5,7 +5,7 @@
 //! only the survivor's slot and bytes remain. The copying reader's step
 //! (`copy.after_extent`) writes nothing: killed there once each way, it
 //! leaves the file byte for byte as it was.
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! Processes × threads race for the last bytes of a small limit.
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 

@@ -1,7 +1,7 @@
 //! A SIGKILLed process's bytes must vanish from every other process's
 //! memory view (cuMemGetInfo, NVML), even before anything reclaims its slot:
 //! no phantom "used" bytes.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;

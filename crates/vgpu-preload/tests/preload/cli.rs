@@ -1,6 +1,6 @@
 //! `vgpu run`, `vgpu demo` and `vgpu hooks` (the CLI binary, built by
 //! `cargo build --workspace`).
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

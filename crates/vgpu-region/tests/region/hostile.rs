@@ -5,7 +5,7 @@
 //! is a distinct, typed error, and a tenant truncating its own region
 //! cannot SIGBUS a reader of a copy (`Region::open_copy`: the node agent,
 //! `vgpu inspect`), while it does SIGBUS a reader of a mapping.
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -1,6 +1,6 @@
 //! Virtual views, the environment contract and resolution, through real
 //! processes on the simulated driver.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

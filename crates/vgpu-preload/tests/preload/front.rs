@@ -3,7 +3,7 @@
 //! does; without the core every hooked call fails (never a silent pass
 //! past the limits); and the core preloaded directly is still a complete
 //! interposer.
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! The budget holds on every path, the view shows only the container, and
 //! failure closes: real processes under libvgpu.so on the simulated
 //! driver, driven step by step through `tests/c/harden.c`.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

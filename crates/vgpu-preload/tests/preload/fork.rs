@@ -1,7 +1,7 @@
 //! Fork and the library's process mechanics, with real processes: a fork
 //! while another thread is inside an NVML hook, and the one owned thread
 //! (started lazily, restarted in a forked child, stopped at exit).
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! under `hidepid=2` (it cannot see root's /proc entries) must not judge a
 //! live root process dead and reclaim its slot (the device then held more
 //! than the budget).
-mod common;
+use crate::common;
 
 use std::io::BufReader;
 use std::os::unix::fs::PermissionsExt;

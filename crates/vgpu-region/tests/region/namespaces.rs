@@ -2,7 +2,7 @@
 //! in its own PID namespace (`unshare --pid --fork --mount-proc`) does not
 //! reclaim the host's slot (whose PID it cannot see), and the host does not
 //! reclaim the worker's (whose PID means another process here).
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -1,0 +1,15 @@
+//! The shared region's tests, one test binary with a module per subject
+//! (the loom models stay their own binaries: they build only under
+//! `--cfg loom`).
+#[path = "../common/mod.rs"]
+mod common;
+mod basic;
+mod faults;
+mod format;
+mod hostile;
+mod limits;
+mod liveness;
+mod namespaces;
+mod pacing;
+mod race;
+mod registration;
