@@ -820,10 +820,16 @@ func (e *draEnv) testRestartAndIdempotency(t *testing.T) {
 	if back > 30*time.Second {
 		t.Errorf("slices republished %v after the kubelet restart, want within 30 s", back)
 	}
-	a, err := e.n.draAdmission(string(p.UID))
-	must(t, err)
+	// The pod synced by the restarted kubelet: its claim is prepared per
+	// the checkpoint, the runtime gets the same CDI device.
+	b, err := e.n.post("/pods/" + string(p.UID) + "/resync")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, e.n.dm.tail())
+	}
+	var a draAdmission
+	must(t, json.Unmarshal(b, &a))
 	if !a.Prepared || len(a.Containers) != 1 || !slices.Contains(a.Containers[0].CDIDevices, sh.cdiID) {
-		t.Errorf("before-restart after the restart: %+v", a)
+		t.Errorf("before-restart synced after the restart: %+v", a)
 	}
 	_, _, v := e.runPod(t, "after-restart", map[string]string{"memory": "1000Mi", "cores": "10"})
 	checkLimits(t, v, 1000, 10)
@@ -876,14 +882,26 @@ func (e *draEnv) testCrash(t *testing.T) {
 			}); err != nil {
 				t.Fatalf("%v\n%s", err, n.agent.tail())
 			}
-			a, err := n.draAdmission(string(p.UID))
-			if err != nil || a.Prepared || a.Attempts < 1 || a.Error == "" {
-				t.Errorf("the kubelet's prepare while the driver aborted: %+v %v", a, err)
+			// The kubelet's prepare failed with the driver gone.
+			if err := waitFor(10*time.Second, "the kubelet's failed prepare", func() error {
+				a, err := n.draAdmission(string(p.UID))
+				if err != nil {
+					return err
+				}
+				if a.Prepared {
+					return stopWaiting{fmt.Errorf("prepared by a driver that aborted: %+v", a)}
+				}
+				if a.Attempts < 1 || a.Error == "" {
+					return fmt.Errorf("%+v", a)
+				}
+				return nil
+			}); err != nil {
+				t.Errorf("%v\n%s", err, n.dm.tail())
 			}
 			n.startAgentEnv(t)
 			n.waitDRAPlugin(t)
 			sh := e.shareOf(t, name)
-			a = e.waitPrepared(t, p, sh, 90*time.Second)
+			a := e.waitPrepared(t, p, sh, 90*time.Second)
 			t.Logf("prepared after %d attempts", a.Attempts)
 			spec := readCDISpec(t, sh.specPath)
 			if len(spec.Devices) != 1 {

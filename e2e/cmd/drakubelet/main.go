@@ -22,7 +22,8 @@
 //     plugin manager walks the registry directory again.
 //
 // HTTP on --listen (loopback): GET /pods/<uid> (the admission's outcome),
-// POST /restart, GET /healthz. It prints
+// POST /pods/<uid>/resync (that pod synced again, now), POST /restart,
+// GET /healthz. It prints
 // "drakubelet: listening on http://ADDR" on stdout once serving.
 package main
 
@@ -341,6 +342,28 @@ func (k *kubelet) routes() http.Handler {
 		k.amu.Unlock()
 		if !ok {
 			http.Error(w, "not admitted yet", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	})
+	// A pod sync again, now (the kubelet syncs each pod periodically and
+	// after its restart): PrepareResources (no driver call for claims the
+	// checkpoint has prepared) and GetResources through the current manager.
+	mux.HandleFunc("POST /pods/{uid}/resync", func(w http.ResponseWriter, r *http.Request) {
+		k.amu.Lock()
+		p, ok := k.active[types.UID(r.PathValue("uid"))]
+		k.amu.Unlock()
+		if !ok {
+			http.Error(w, "no such active pod", http.StatusNotFound)
+			return
+		}
+		err := k.admit(r.Context(), p)
+		k.amu.Lock()
+		b, _ := json.Marshal(k.results[p.UID])
+		k.amu.Unlock()
+		if err != nil {
+			http.Error(w, string(b), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
