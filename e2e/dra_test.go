@@ -248,6 +248,7 @@ func TestDRA(t *testing.T) {
 	t.Run("MixedCluster", e.testMixed)
 	t.Run("KubeletRestartAndDriverIdempotency", e.testRestartAndIdempotency)
 	t.Run("DriverCrashBetweenPrepareSteps", e.testCrash)
+	t.Run("TwoSharesInOneContainerRefused", e.testTwoShares)
 
 	e.mu.Lock()
 	var alloc []float64
@@ -920,4 +921,64 @@ func (e *draEnv) testCrash(t *testing.T) {
 	}
 	// The slices survived the crashes (or came back).
 	e.n.waitSlices(t, 1, 30*time.Second)
+}
+
+// One container using two shares (one claim, two requests): the
+// interposer keeps one budget per device, so the driver refuses it at
+// prepare with an error the kubelet records, and keeps refusing.
+func (e *draEnv) testTwoShares(t *testing.T) {
+	ctx := context.Background()
+	one := func() *resourceapi.ExactDeviceRequest {
+		return &resourceapi.ExactDeviceRequest{DeviceClassName: draDriver, Capacity: &resourceapi.CapacityRequirements{
+			Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("1000Mi"), "cores": resource.MustParse("5")}}}
+	}
+	name := "two-shares"
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "a", Exactly: one()}, {Name: "b", Exactly: one()}}},
+		}},
+	}
+	_, err := cp.cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{})
+	must(t, err)
+	t.Cleanup(func() {
+		_ = cp.cs.ResourceV1().ResourceClaimTemplates("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1.PodSpec{
+			SchedulerName:  e.schedName,
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &name}},
+			Containers: []v1.Container{{Name: "main", Image: "cuda",
+				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
+		},
+	}
+	_, err = cp.cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	must(t, err)
+	t.Cleanup(func() { cp.forceDeletePods(t, "default", name) })
+	p = e.waitScheduled(t, name, e.n.name)
+	c := e.claimOf(t, name)
+	if rs := c.Status.Allocation.Devices.Results; len(rs) != 2 || rs[0].Device != rs[1].Device {
+		t.Fatalf("allocation %+v: want two shares of one GPU", rs)
+	}
+	var a *draAdmission
+	if err := waitFor(30*time.Second, "the kubelet's prepare refused twice", func() error {
+		if a, err = e.n.draAdmission(string(p.UID)); err != nil {
+			return err
+		}
+		if a.Prepared {
+			return stopWaiting{fmt.Errorf("prepared: %+v", a)}
+		}
+		if a.Attempts < 2 || a.Error == "" {
+			return fmt.Errorf("%+v", a)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, e.n.agent.tail())
+	}
+	t.Logf("refused: %s", a.Error)
+	if e.n.agent.exited() {
+		t.Errorf("vgpu node exited\n%s", e.n.agent.tail())
+	}
+	e.deletePods(t, name)
 }
