@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use vgpu_node::config::{DeviceListStrategies, Enforce, NodeConfig};
+use vgpu_node::config::{DeviceListStrategies, Enforce, Mode, NodeConfig};
 use vgpu_node::layout::Layout;
 use vgpu_node::manifests::{self, Release, Values};
 use vgpu_region::limits::Policy;
@@ -162,6 +162,25 @@ struct RunArgs {
     /// Log level: error, warn, info, debug.
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// How GPUs reach pods: device-plugin (the kubelet device plugin and
+    /// HAMi's node registration), dra (the DRA kubelet plugin and its
+    /// ResourceSlice; docs/dra.md) or both. The monitor, watchdog, GC and
+    /// broker run in every mode.
+    #[arg(long, default_value = "device-plugin")]
+    mode: String,
+    /// DRA: the driver name (ResourceSlice driver, DeviceClass, CDI vendor).
+    #[arg(long, default_value = vgpu_dra::DEFAULT_DRIVER)]
+    dra_driver_name: String,
+    /// DRA: the kubelet's plugin registry (`<dir>/<driver>-reg.sock`).
+    #[arg(long, default_value = vgpu_dra::DEFAULT_REGISTRY_DIR)]
+    dra_registry_dir: PathBuf,
+    /// DRA: the driver's directory (`dra.sock`, the checkpoint; default
+    /// /var/lib/kubelet/plugins/<driver>).
+    #[arg(long)]
+    dra_plugin_dir: Option<PathBuf>,
+    /// DRA: where the per-claim transient CDI specs go.
+    #[arg(long, default_value = vgpu_dra::DEFAULT_CDI_DIR)]
+    cdi_dir: PathBuf,
     /// Check the settings, print them and exit (nothing is started).
     #[arg(long)]
     check: bool,
@@ -196,7 +215,7 @@ fn go_bool(s: &str, what: &str) -> anyhow::Result<bool> {
         .with_context(|| format!("{what} {s:?}: expected true or false"))
 }
 
-fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String, bool)> {
+fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, vgpu_dra::DraFlags, String, bool)> {
     let node = a
         .node_name
         .or_else(|| std::env::var(vgpu_hami::keys::ENV_NODE_NAME).ok())
@@ -266,7 +285,26 @@ fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, String, bool)> {
     }
     c.nvml_library = a.nvml_library;
     c.kubeconfig = a.kubeconfig;
-    Ok((c, a.log_level, a.check))
+    c.mode = Mode::parse(&a.mode)?;
+    if a.dra_driver_name.is_empty()
+        || a.dra_driver_name.len() > 63
+        || !a
+            .dra_driver_name
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-'))
+    {
+        bail!(
+            "--dra-driver-name {:?}: expected a DNS subdomain of at most 63 characters (e.g. vgpu.io)",
+            a.dra_driver_name
+        );
+    }
+    let dra = vgpu_dra::DraFlags {
+        driver: a.dra_driver_name,
+        registry_dir: a.dra_registry_dir,
+        plugin_dir: a.dra_plugin_dir,
+        cdi_dir: a.cdi_dir,
+    };
+    Ok((c, dra, a.log_level, a.check))
 }
 
 fn manifests_cmd(a: ManifestArgs) -> anyhow::Result<ExitCode> {
@@ -300,9 +338,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(NodeCmd::Manifests(m)) = args.cmd {
         return manifests_cmd(m);
     }
-    let (cfg, level, check) = config(args.run)?;
+    let (cfg, dra, level, check) = config(args.run)?;
     if check {
         println!("{cfg:#?}");
+        if cfg.mode.dra() {
+            println!("{:#?}", dra.config(&cfg.node_name, vgpu_node::allocate::AllocSettings::from_config(&cfg)));
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let level: tracing::Level = level.parse().map_err(|_| {
@@ -318,7 +359,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    rt.block_on(vgpu_node::agent::run(cfg))
+    let extra: Option<vgpu_node::agent::Extra> = cfg.mode.dra().then(|| {
+        Box::new(move |ctx: vgpu_node::agent::AgentContext| {
+            let f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> =
+                Box::pin(vgpu_dra::run(ctx, dra));
+            f
+        }) as vgpu_node::agent::Extra
+    });
+    rt.block_on(vgpu_node::agent::run_with(cfg, extra))
         .context("vgpu node")?;
     Ok(ExitCode::SUCCESS)
 }

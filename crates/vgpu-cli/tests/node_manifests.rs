@@ -201,6 +201,18 @@ impl Scope<'_> {
                 arity(1)?;
                 Ok(Value::Bool(!truthy(&last(1)?)))
             }
+            // Go's `or`/`and`: the first truthy (falsy) argument, else the last.
+            Some((op @ ("or" | "and"), false)) if input.is_none() && ws.len() >= 3 => {
+                let want = op == "or";
+                let mut v = Value::Null;
+                for i in 1..ws.len() {
+                    v = one(i)?;
+                    if truthy(&v) == want {
+                        break;
+                    }
+                }
+                Ok(v)
+            }
             Some(("eq", false)) => {
                 arity(2)?;
                 Ok(Value::Bool(one(1)? == last(2)?))
@@ -423,6 +435,7 @@ fn normalize(v: &Value) -> Value {
         "Service" => normalize_strict::<Service>(v),
         "ConfigMap" => normalize_strict::<ConfigMap>(v),
         "RuntimeClass" => normalize_strict::<RuntimeClass>(v),
+        "DeviceClass" => normalize_strict::<k8s_openapi::api::resource::v1::DeviceClass>(v),
         k => Err(format!("unexpected kind {k:?}")),
     }
     .unwrap_or_else(|e| panic!("{kind} {}: {e}", v["metadata"]["name"]));
@@ -746,6 +759,52 @@ fn chart_renders_the_objects_vgpu_prints_with_hami_v2_10_values() {
         s["leaderElect"]
     );
     assert_eq!(cfg.leader_election.resource_namespace, ns);
+}
+
+#[test]
+fn chart_renders_the_objects_vgpu_prints_in_dra_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    for (dp, ext, mode) in [(false, "", "dra"), (true, "example.com/gpu", "both")] {
+        let f = dir.path().join(format!("{mode}.yaml"));
+        std::fs::write(
+            &f,
+            format!("devicePlugin: {{enabled: {dp}}}\ndra: {{enabled: true, driverName: gpu.example.com, extendedResourceName: \"{ext}\"}}\n"),
+        )
+        .unwrap();
+        let objs = same_objects(&helm_values(Some(&f)), Some(&f));
+        let ds = &objs[&("DaemonSet".to_string(), "vgpu-vgpu-node".to_string())];
+        let args = &container(ds, "vgpu-node")["args"];
+        let args: Vec<&str> = args.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert!(args.contains(&format!("--mode={mode}").as_str()), "{args:?}");
+        assert!(args.contains(&"--dra-driver-name=gpu.example.com"), "{args:?}");
+        let mounts: Vec<&str> = container(ds, "vgpu-node")["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mountPath"].as_str().unwrap())
+            .collect();
+        for p in [
+            "/var/lib/kubelet/plugins_registry",
+            "/var/lib/kubelet/plugins/gpu.example.com",
+            "/var/run/cdi",
+        ] {
+            assert!(mounts.contains(&p), "{p} in {mounts:?}");
+        }
+        let dc = &objs[&("DeviceClass".to_string(), "gpu.example.com".to_string())];
+        assert_eq!(
+            dc["spec"]["selectors"][0]["cel"]["expression"],
+            "device.driver == 'gpu.example.com' && device.allowMultipleAllocations"
+        );
+        assert_eq!(dc["spec"].get("extendedResourceName").is_some(), !ext.is_empty());
+        let role = &objs[&("ClusterRole".to_string(), "vgpu-vgpu-node".to_string())];
+        let rules = role["rules"].to_string();
+        assert!(rules.contains("resourceslices") && rules.contains("resourceclaims"), "{rules}");
+    }
+    // The defaults: no DRA at all.
+    let objs = same_objects(&helm_values(None), None);
+    assert!(!objs.keys().any(|(k, _)| k == "DeviceClass"));
+    let ds = &objs[&("DaemonSet".to_string(), "vgpu-vgpu-node".to_string())];
+    assert!(container(ds, "vgpu-node")["args"].to_string().contains("--mode=device-plugin"));
 }
 
 #[test]

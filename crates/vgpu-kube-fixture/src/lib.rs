@@ -6,7 +6,8 @@
 //! way it would be silently dropped by a real server.
 //!
 //! Served: pods (with `status` and `binding` subresources), nodes (with
-//! `status`), core and `events.k8s.io/v1` events, configmaps, namespaces;
+//! `status`), core and `events.k8s.io/v1` events, configmaps, namespaces,
+//! `resource.k8s.io/v1` resourceslices, resourceclaims (+status), deviceclasses;
 //! get, list, watch (from a resourceVersion, or the current objects first;
 //! 410 once compacted; no bookmarks), create, replace, delete (immediate,
 //! with preconditions), merge patch and JSON patch (strategic merge and

@@ -7,6 +7,7 @@
 //! reset, status kept by main-resource writes, pod spec immutability).
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use serde_json::Value;
 
 /// Typed round trip of one object: what its type keeps, and the unknown paths.
@@ -212,6 +213,39 @@ pub static RESOURCES: &[ResourceDef] = &[
         has_status: false,
         fields: &[],
         normalize: strict::<ConfigMap>,
+    },
+    ResourceDef {
+        group: "resource.k8s.io",
+        version: "v1",
+        plural: "resourceslices",
+        kind: "ResourceSlice",
+        list_kind: "ResourceSliceList",
+        namespaced: false,
+        has_status: false,
+        fields: &["spec.nodeName", "spec.driver"],
+        normalize: strict::<ResourceSlice>,
+    },
+    ResourceDef {
+        group: "resource.k8s.io",
+        version: "v1",
+        plural: "resourceclaims",
+        kind: "ResourceClaim",
+        list_kind: "ResourceClaimList",
+        namespaced: true,
+        has_status: true,
+        fields: &[],
+        normalize: strict::<ResourceClaim>,
+    },
+    ResourceDef {
+        group: "resource.k8s.io",
+        version: "v1",
+        plural: "deviceclasses",
+        kind: "DeviceClass",
+        list_kind: "DeviceClassList",
+        namespaced: false,
+        has_status: false,
+        fields: &[],
+        normalize: strict::<DeviceClass>,
     },
     ResourceDef {
         group: "",

@@ -22,7 +22,7 @@ use crate::kube_api::KubeApi;
 use crate::layout;
 use crate::monitor::{Monitor, PodCache, WatchdogStats};
 use crate::nvml::{self, Gpus};
-use crate::observe::PodIndex;
+use crate::observe::{DraShares, PodIndex};
 use crate::plugin::{self, DeviceSet, PluginCore, PluginStats};
 use crate::register;
 use crate::watchdog::Watchdog;
@@ -171,13 +171,47 @@ pub fn priority_stale(interval: Duration) -> Duration {
     (interval * 2).max(Duration::from_secs(1))
 }
 
+/// What the agent hands a service it runs beside its own (the DRA driver,
+/// which lives in a crate above this one).
+pub struct AgentContext {
+    /// The settings.
+    pub cfg: Arc<NodeConfig>,
+    /// The API client.
+    pub client: kube::Client,
+    /// NVML.
+    pub gpus: Arc<dyn Gpus>,
+    /// Turns true at shutdown.
+    pub shutdown: watch::Receiver<bool>,
+    /// The DRA shares' users, for the monitor and the watchdog.
+    pub dra_shares: Arc<DraShares>,
+    /// `registered` feeds `/readyz` (in DRA mode: the kubelet accepted the
+    /// DRA plugin).
+    pub stats: Arc<PluginStats>,
+}
+
+/// A service started with the agent; an error stops the agent.
+pub type Extra = Box<
+    dyn FnOnce(
+            AgentContext,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send,
+>;
+
 /// Runs the agent until SIGTERM/SIGINT.
 pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
+    run_with(cfg, None).await
+}
+
+/// Runs the agent, with `extra` beside it, until SIGTERM/SIGINT. In
+/// `Mode::Dra` neither the device plugin nor HAMi's node registration runs.
+pub async fn run_with(cfg: NodeConfig, extra: Option<Extra>) -> Result<(), AgentError> {
     let cfg = Arc::new(cfg);
     let client = crate::kube_api::client(cfg.kubeconfig.as_deref())
         .await
         .map_err(AgentError::Kube)?;
-    let kube = KubeApi::new(client, cfg.node_name.clone());
+    let dra_shares = Arc::new(DraShares::default());
+    let kube = KubeApi::new(client.clone(), cfg.node_name.clone());
     let gpus: Arc<dyn Gpus> = Arc::new(nvml::Nvml::open(cfg.nvml_library.as_deref())?);
     write_preload_list(&cfg)?;
     layout::ensure_dir_all(&cfg.layout.containers_dir(), 0o755)
@@ -214,16 +248,17 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
     // Pods bound to this node.
     let pods = Arc::new(PodCache::default());
     {
-        let (pods, kube, mut sd, period) = (
+        let (pods, kube, mut sd, period, shares) = (
             pods.clone(),
             kube.clone(),
             shutdown.clone(),
             cfg.pod_refresh,
+            dra_shares.clone(),
         );
         tokio::spawn(async move {
             loop {
                 match kube.pods_on_node().await {
-                    Ok(list) => pods.set(PodIndex::new(&list)),
+                    Ok(list) => pods.set(PodIndex::new(&list).with_dra_shares(&shares.get())),
                     Err(e) => tracing::warn!("pod cache: {e}"),
                 }
                 if !every(period, &mut sd).await {
@@ -235,11 +270,20 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
 
     // The device plugin.
     let stats = Arc::new(PluginStats::default());
-    let core = PluginCore::new(cfg.clone(), kube.clone(), dev_rx.clone(), stats.clone());
-    let mut plugin_task = tokio::spawn(plugin::serve(core, shutdown.clone()));
+    let mut plugin_task = if cfg.mode.device_plugin() {
+        let core = PluginCore::new(cfg.clone(), kube.clone(), dev_rx.clone(), stats.clone());
+        tokio::spawn(plugin::serve(core, shutdown.clone()))
+    } else {
+        // No device plugin: a task that ends only at shutdown.
+        let mut sd = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = sd.wait_for(|s| *s).await;
+            Ok(())
+        })
+    };
 
-    // Node registration.
-    {
+    // Node registration (HAMi's, for the device plugin's scheduler).
+    if cfg.mode.device_plugin() {
         let (kube, cfg, mut sd, mut devs) =
             (kube.clone(), cfg.clone(), shutdown.clone(), dev_rx.clone());
         tokio::spawn(async move {
@@ -361,6 +405,25 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
         });
     }
 
+    // The extra service (the DRA driver).
+    let mut extra_task = match extra {
+        Some(f) => tokio::spawn(f(AgentContext {
+            cfg: cfg.clone(),
+            client,
+            gpus: gpus.clone(),
+            shutdown: shutdown.clone(),
+            dra_shares,
+            stats: stats.clone(),
+        })),
+        None => {
+            let mut sd = shutdown.clone();
+            tokio::spawn(async move {
+                let _ = sd.wait_for(|s| *s).await;
+                Ok(())
+            })
+        }
+    };
+
     // Wait for a termination signal.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| AgentError::Host(format!("SIGTERM handler: {e}")))?;
@@ -378,11 +441,23 @@ pub async fn run(cfg: NodeConfig) -> Result<(), AgentError> {
                 _ => Err(AgentError::Host("the device plugin stopped".into())),
             };
         }
+        r = &mut extra_task => {
+            let _ = shutdown_tx.send(true);
+            if let Some(b) = &broker {
+                let b = b.clone();
+                tokio::task::spawn_blocking(move || b.shutdown()).await.ok();
+            }
+            return Err(AgentError::Host(match r {
+                Ok(Err(e)) => e,
+                _ => "the DRA driver stopped".into(),
+            }));
+        }
     }
     tracing::info!("vgpu node: stopping");
     let _ = shutdown_tx.send(true);
     // The plugin removes its socket on the way out.
     let _ = tokio::time::timeout(Duration::from_secs(5), plugin_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), extra_task).await;
     if let Some(b) = broker {
         tokio::task::spawn_blocking(move || b.shutdown()).await.ok();
     }

@@ -196,25 +196,31 @@ pub fn limits_for(s: &AllocSettings, c: &Container, devices: &[ContainerDevice])
     }
 }
 
-/// The plan for container `c` of the pod with `pod_uid`.
-pub fn plan(
+/// What gives one container its vgpu devices, whoever hands it over: the
+/// device plugin's Allocate response and the DRA driver's CDI spec both
+/// come from [`container_edits`] (HAMi's env contract and vgpu's mounts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edits {
+    /// Environment.
+    pub envs: BTreeMap<String, String>,
+    /// Mounts, in order.
+    pub mounts: Vec<Mount>,
+    /// The GPUs' fully qualified NVIDIA CDI names (`nvidia.com/gpu=<uuid>`),
+    /// one per physical GPU; the device-list strategy says whether and how
+    /// they are passed on.
+    pub cdi_names: Vec<String>,
+}
+
+/// The env and mounts for `devices` (non-empty, NVIDIA) of the container
+/// whose region and limits directories are named `key`; `preload` mounts
+/// the preload list (off for a container that disabled control).
+pub fn container_edits(
     s: &AllocSettings,
-    pod_uid: &str,
-    c: &Container,
+    key: &str,
     devices: &[ContainerDevice],
-) -> Result<Plan, PlanError> {
-    if devices.is_empty() {
-        return Err(PlanError::NoDevices(c.name.clone()));
-    }
-    if let Some(d) = devices.iter().find(|d| d.device_type != keys::NVIDIA) {
-        return Err(PlanError::WrongType {
-            container: c.name.clone(),
-            uuid: d.uuid.clone(),
-            device_type: d.device_type.clone(),
-        });
-    }
+    preload: bool,
+) -> Edits {
     let l = &s.layout;
-    let key = layout::container_key(pod_uid, &c.name);
     let mut envs = BTreeMap::new();
     let mut uuids: Vec<&str> = Vec::new();
     for d in devices {
@@ -237,25 +243,15 @@ pub fn plan(
         .iter()
         .map(|u| format!("{CDI_GPU_KIND}={u}"))
         .collect();
-    let mut annotations = BTreeMap::new();
-    if strategies.cdi_annotations {
-        annotations.insert(cdi_annotation_key(pod_uid), cdi_names.join(","));
-    }
-    let cdi_devices = if strategies.cdi_cri {
-        cdi_names
-    } else {
-        Vec::new()
-    };
     for (i, d) in devices.iter().enumerate() {
         envs.insert(
             format!("CUDA_DEVICE_MEMORY_LIMIT_{i}"),
             format!("{}m", d.mem_mib),
         );
     }
-    envs.insert(
-        "CUDA_DEVICE_SM_LIMIT".to_owned(),
-        devices[0].cores.to_string(),
-    );
+    if let Some(d) = devices.first() {
+        envs.insert("CUDA_DEVICE_SM_LIMIT".to_owned(), d.cores.to_string());
+    }
     envs.insert(
         "CUDA_DEVICE_MEMORY_SHARED_CACHE".to_owned(),
         l.container_region_file().display().to_string(),
@@ -275,7 +271,7 @@ pub fn plan(
             sock.display().to_string(),
         );
     }
-    let region_dir = l.region_dir(&key);
+    let region_dir = l.region_dir(key);
     let mut mounts = vec![
         mount(l.container_lib(), &s.lib_path, true),
         // The front loads the core from its own directory.
@@ -286,10 +282,10 @@ pub fn plan(
         ),
         mount(l.vgpu_dir(), &region_dir, false),
         mount(layout::CONTAINER_DEFAULT_REGION_DIR, &region_dir, false),
-        mount(layout::CONTAINER_LIMITS_DIR, l.limits_dir(&key), true),
+        mount(layout::CONTAINER_LIMITS_DIR, l.limits_dir(key), true),
         mount(layout::LOCK_DIR, &s.lock_dir, false),
     ];
-    if !env_true(c, keys::ENV_DISABLE_CONTROL) {
+    if preload {
         mounts.push(mount(
             layout::CONTAINER_LD_SO_PRELOAD,
             l.ld_so_preload(),
@@ -308,6 +304,46 @@ pub fn plan(
             ));
         }
     }
+    Edits {
+        envs,
+        mounts,
+        cdi_names,
+    }
+}
+
+/// The plan for container `c` of the pod with `pod_uid`.
+pub fn plan(
+    s: &AllocSettings,
+    pod_uid: &str,
+    c: &Container,
+    devices: &[ContainerDevice],
+) -> Result<Plan, PlanError> {
+    if devices.is_empty() {
+        return Err(PlanError::NoDevices(c.name.clone()));
+    }
+    if let Some(d) = devices.iter().find(|d| d.device_type != keys::NVIDIA) {
+        return Err(PlanError::WrongType {
+            container: c.name.clone(),
+            uuid: d.uuid.clone(),
+            device_type: d.device_type.clone(),
+        });
+    }
+    let key = layout::container_key(pod_uid, &c.name);
+    let Edits {
+        envs,
+        mounts,
+        cdi_names,
+    } = container_edits(s, &key, devices, !env_true(c, keys::ENV_DISABLE_CONTROL));
+    let strategies = s.device_list;
+    let mut annotations = BTreeMap::new();
+    if strategies.cdi_annotations {
+        annotations.insert(cdi_annotation_key(pod_uid), cdi_names.join(","));
+    }
+    let cdi_devices = if strategies.cdi_cri {
+        cdi_names
+    } else {
+        Vec::new()
+    };
     let limits = limits_for(s, c, devices);
     limits.validate().map_err(|e| PlanError::Limits {
         container: c.name.clone(),

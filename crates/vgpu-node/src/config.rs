@@ -20,12 +20,49 @@ pub enum Enforce {
     Kill,
 }
 
+/// Which kubelet interface hands GPUs to pods (`vgpu node --mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The device plugin and HAMi's node registration (default).
+    #[default]
+    DevicePlugin,
+    /// The DRA kubelet plugin only: no device plugin, no HAMi registration.
+    Dra,
+    /// Both.
+    Both,
+}
+
+impl Mode {
+    /// `device-plugin`, `dra` or `both`.
+    pub fn parse(s: &str) -> Result<Mode, ConfigError> {
+        match s {
+            "device-plugin" => Ok(Mode::DevicePlugin),
+            "dra" => Ok(Mode::Dra),
+            "both" => Ok(Mode::Both),
+            o => Err(ConfigError::Mode(o.to_owned())),
+        }
+    }
+
+    /// The device plugin and HAMi's registration run.
+    pub fn device_plugin(self) -> bool {
+        matches!(self, Mode::DevicePlugin | Mode::Both)
+    }
+
+    /// The DRA driver runs.
+    pub fn dra(self) -> bool {
+        matches!(self, Mode::Dra | Mode::Both)
+    }
+}
+
 /// A setting that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// Not one of NVIDIA's device-list strategies.
     #[error("unknown device-list strategy {0:?}: expected envvar, volume-mounts, cdi-annotations or cdi-cri")]
     DeviceListStrategy(String),
+    /// Not a mode.
+    #[error("--mode {0:?}: expected device-plugin, dra or both")]
+    Mode(String),
     /// An empty strategy list.
     #[error("empty device-list strategy: name at least one of envvar, volume-mounts, cdi-annotations, cdi-cri")]
     NoDeviceListStrategy,
@@ -168,6 +205,8 @@ pub struct NodeConfig {
     pub nvml_library: Option<PathBuf>,
     /// Kubernetes API: a kubeconfig path (default: in-cluster, then `KUBECONFIG`).
     pub kubeconfig: Option<PathBuf>,
+    /// Device plugin, DRA driver or both.
+    pub mode: Mode,
 }
 
 impl NodeConfig {
@@ -207,6 +246,7 @@ impl NodeConfig {
             priority_interval: Duration::from_millis(500),
             nvml_library: None,
             kubeconfig: None,
+            mode: Mode::DevicePlugin,
         }
     }
 

@@ -119,10 +119,49 @@ pub fn container_key(pod_uid: &str, container: &str) -> String {
 }
 
 /// Splits a directory name into (pod UID, container); container names are
-/// DNS labels and pod UIDs have no `_`, so the first `_` separates them.
+/// DNS labels and pod UIDs have no `_`, so the first `_` separates them. A
+/// DRA share's key ([`dra_share_key`]) is not a container key.
 pub fn parse_container_key(name: &str) -> Option<(&str, &str)> {
+    if name.starts_with(DRA_KEY_PREFIX) {
+        return None;
+    }
     let (uid, ctr) = name.split_once('_')?;
     (!uid.is_empty() && !ctr.is_empty()).then_some((uid, ctr))
+}
+
+/// The prefix of a DRA share's directory name.
+pub const DRA_KEY_PREFIX: &str = "dra_";
+
+/// The directory name of a DRA share: `dra_<claimUID>_<device>_<shareID>`
+/// (`dra_<claimUID>_<device>` for a result without a share ID). Claim UIDs,
+/// device names (DNS labels) and share IDs (UIDs) have no `_`. The DRA
+/// driver owns these directories (created at prepare, removed at
+/// unprepare): the cache GC leaves them alone.
+pub fn dra_share_key(claim_uid: &str, device: &str, share_id: Option<&str>) -> String {
+    match share_id {
+        Some(s) => format!("{DRA_KEY_PREFIX}{claim_uid}_{device}_{s}"),
+        None => format!("{DRA_KEY_PREFIX}{claim_uid}_{device}"),
+    }
+}
+
+/// Splits a DRA share key into (claim UID, device, share ID).
+pub fn parse_dra_share_key(name: &str) -> Option<(&str, &str, Option<&str>)> {
+    let rest = name.strip_prefix(DRA_KEY_PREFIX)?;
+    let mut it = rest.split('_');
+    let uid = it.next().filter(|s| !s.is_empty())?;
+    let dev = it.next().filter(|s| !s.is_empty())?;
+    let share = match it.next() {
+        Some(s) if !s.is_empty() => Some(s),
+        Some(_) => return None,
+        None => None,
+    };
+    it.next().is_none().then_some((uid, dev, share))
+}
+
+/// A directory name of the containers directory that holds a region: a
+/// device-plugin container key or a DRA share key.
+pub fn is_region_key(name: &str) -> bool {
+    parse_container_key(name).is_some() || parse_dra_share_key(name).is_some()
 }
 
 /// Creates `path` (one level) with `mode`, or checks the existing one is a
@@ -207,6 +246,19 @@ mod tests {
             Some(("0b1c2d3e-0000-4000-8000-000000000001", "main"))
         );
         assert_eq!(parse_container_key("nounderscore"), None);
+        let d = dra_share_key("c0ffee00-0000-4000-8000-000000000002", "gpu-0", Some("s1"));
+        assert_eq!(d, "dra_c0ffee00-0000-4000-8000-000000000002_gpu-0_s1");
+        assert_eq!(
+            parse_dra_share_key(&d),
+            Some(("c0ffee00-0000-4000-8000-000000000002", "gpu-0", Some("s1")))
+        );
+        assert_eq!(
+            parse_dra_share_key(&dra_share_key("u", "gpu-1", None)),
+            Some(("u", "gpu-1", None))
+        );
+        assert_eq!(parse_container_key(&d), None, "a share is no container");
+        assert!(is_region_key(&d) && is_region_key(&k) && !is_region_key("x"));
+        assert_eq!(parse_dra_share_key("dra_u_gpu-0_s_x"), None);
         // The vgpu-region rule finds the limits file from the region path.
         let region = l.region_dir(&k).join(REGION_FILE);
         assert_eq!(

@@ -110,6 +110,8 @@ pub struct Values {
     pub legacy_metrics: bool,
     /// The node agent.
     pub device_plugin: DevicePlugin,
+    /// The DRA driver in the node agent (docs/dra.md).
+    pub dra: Dra,
     /// Container-side settings.
     pub devices: Devices,
     /// The scheduler Deployment.
@@ -156,6 +158,35 @@ pub struct Image {
 pub struct PullSecrets {
     /// Secret names.
     pub pull_secrets: Vec<String>,
+}
+
+/// `dra`: the node agent's DRA driver and its DeviceClass.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Dra {
+    /// Run the DRA driver (`--mode dra`, or `both` with
+    /// `devicePlugin.enabled`), create the DeviceClass.
+    pub enabled: bool,
+    /// The driver name: ResourceSlices, the DeviceClass's name, the CDI vendor.
+    pub driver_name: String,
+    /// When set, the DeviceClass's `extendedResourceName` (pods asking for
+    /// it get a whole-default share through DRA; Kubernetes 1.36+).
+    pub extended_resource_name: String,
+}
+
+impl Default for Dra {
+    fn default() -> Self {
+        Dra {
+            enabled: false,
+            driver_name: "vgpu.io".into(),
+            extended_resource_name: String::new(),
+        }
+    }
+}
+
+/// The plugin directory of a DRA driver on the host.
+pub fn dra_plugin_dir(driver: &str) -> String {
+    format!("/var/lib/kubelet/plugins/{driver}")
 }
 
 /// `{enabled: bool}`.
@@ -470,6 +501,7 @@ impl Default for Values {
             scheduler_name: "hami-scheduler".into(),
             legacy_metrics: false,
             device_plugin: DevicePlugin::default(),
+            dra: Dra::default(),
             devices: Devices::default(),
             scheduler: Scheduler::default(),
             prometheus: Enabled::default(),
@@ -858,7 +890,18 @@ pub fn node_args(v: &Values) -> Vec<String> {
         format!("--priority-hold={}", d.priority_hold),
         format!("--enable-numa-topology={}", d.enable_numa_topology),
         format!("--device-list-strategy={}", d.device_list_strategy),
+        format!(
+            "--mode={}",
+            match (d.enabled, v.dra.enabled) {
+                (true, true) => "both",
+                (false, true) => "dra",
+                _ => "device-plugin",
+            }
+        ),
     ];
+    if v.dra.enabled {
+        a.push(format!("--dra-driver-name={}", v.dra.driver_name));
+    }
     a.extend(d.extra_args.iter().cloned());
     a
 }
@@ -932,7 +975,7 @@ pub fn render(v: &Values, r: &Release) -> Vec<Value> {
         v.namespace_override.as_str()
     };
     let mut out = Vec::new();
-    if v.device_plugin.enabled {
+    if v.device_plugin.enabled || v.dra.enabled {
         out.extend(node_objects(v, r, ns));
     }
     out.extend(scheduler_objects(v, r, ns));
@@ -996,6 +1039,26 @@ fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
             "DirectoryOrCreate",
         ));
     }
+    let mut mounts = vec![
+        json!({"name": "device-plugins", "mountPath": d.plugin_path}),
+        // Not `lib` too: with the defaults it is this same
+        // directory, and the API server refuses two
+        // mounts at one path.
+        json!({"name": "hook", "mountPath": vgpu_dir}),
+        json!({"name": "lock", "mountPath": "/tmp/vgpulock"}),
+        json!({"name": "broker", "mountPath": d.broker_dir}),
+    ];
+    if v.dra.enabled {
+        let plugin = dra_plugin_dir(&v.dra.driver_name);
+        for (name, path) in [
+            ("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+            ("dra-plugin", plugin.as_str()),
+            ("cdi", "/var/run/cdi"),
+        ] {
+            volumes.push(host_path(name, path, "DirectoryOrCreate"));
+            mounts.push(json!({"name": name, "mountPath": path}));
+        }
+    }
     let mut pod_spec = json!({
         "serviceAccountName": node,
         "hostPID": d.host_pid,
@@ -1016,15 +1079,7 @@ fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
             "ports": [{"name": "metrics", "containerPort": d.monitor_port, "protocol": "TCP"}],
             "livenessProbe": {"httpGet": {"path": "/healthz", "port": d.monitor_port}, "periodSeconds": 30},
             "readinessProbe": {"httpGet": {"path": "/readyz", "port": d.monitor_port}, "periodSeconds": 10},
-            "volumeMounts": [
-                {"name": "device-plugins", "mountPath": d.plugin_path},
-                // Not `lib` too: with the defaults it is this same
-                // directory, and the API server refuses two
-                // mounts at one path.
-                {"name": "hook", "mountPath": vgpu_dir},
-                {"name": "lock", "mountPath": "/tmp/vgpulock"},
-                {"name": "broker", "mountPath": d.broker_dir},
-            ],
+            "volumeMounts": mounts,
         }],
         "volumes": volumes,
     });
@@ -1039,11 +1094,7 @@ fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": node, "labels": node_labels},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
-                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
-                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-            ],
+            "rules": node_rules(v),
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -1072,6 +1123,20 @@ fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
             },
         }),
     ];
+    if v.dra.enabled {
+        let mut spec = json!({"selectors": [{"cel": {"expression": format!(
+            "device.driver == '{}' && device.allowMultipleAllocations",
+            v.dra.driver_name
+        )}}]});
+        if !v.dra.extended_resource_name.is_empty() {
+            spec["extendedResourceName"] = json!(v.dra.extended_resource_name);
+        }
+        objs.push(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": v.dra.driver_name, "labels": node_labels},
+            "spec": spec,
+        }));
+    }
     if d.create_runtime_class && !d.runtime_class_name.is_empty() {
         objs.push(json!({
             "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
@@ -1080,6 +1145,20 @@ fn node_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {
         }));
     }
     objs
+}
+
+/// The node agent's ClusterRole rules; the DRA driver's when it runs.
+fn node_rules(v: &Values) -> Vec<Value> {
+    let mut rules = vec![
+        json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]}),
+        json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}),
+        json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}),
+    ];
+    if v.dra.enabled {
+        rules.push(json!({"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}));
+        rules.push(json!({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list", "watch"]}));
+    }
+    rules
 }
 
 fn scheduler_objects(v: &Values, r: &Release, ns: &str) -> Vec<Value> {

@@ -536,7 +536,7 @@ impl Monitor {
         );
 
         let who = |key: &str| -> Option<(String, String, String)> {
-            let (uid, ctr) = crate::layout::parse_container_key(key)?;
+            let (uid, ctr) = pods.owner_of(key)?;
             let p = pods.by_uid.get(uid)?;
             Some((p.namespace.clone(), p.name.clone(), ctr.to_owned()))
         };

@@ -79,6 +79,15 @@ pub trait Gpus: Send + Sync {
     ) -> Result<Vec<ProcessSample>, NvmlError>;
     /// (GPU %, memory controller %) of GPU `index`.
     fn utilization(&self, index: u32) -> Result<(u32, u32), NvmlError>;
+    /// CUDA compute capability (major, minor) of GPU `index`, when the
+    /// driver tells it (the DRA slice's attribute).
+    fn compute_capability(&self, _index: u32) -> Option<(u32, u32)> {
+        None
+    }
+    /// The driver's version string, when the driver tells it.
+    fn driver_version(&self) -> Option<String> {
+        None
+    }
 }
 
 type FnInit = unsafe extern "C" fn() -> nvmlReturn_t;
@@ -90,6 +99,8 @@ type FnPci = unsafe extern "C" fn(nvmlDevice_t, *mut nvmlPciInfo_t) -> nvmlRetur
 type FnProcs =
     unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
 type FnUtil = unsafe extern "C" fn(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t;
+type FnCc = unsafe extern "C" fn(nvmlDevice_t, *mut i32, *mut i32) -> nvmlReturn_t;
+type FnDriverVersion = unsafe extern "C" fn(*mut c_char, c_uint) -> nvmlReturn_t;
 type FnPUtil = unsafe extern "C" fn(
     nvmlDevice_t,
     *mut nvmlProcessUtilizationSample_t,
@@ -109,6 +120,9 @@ struct Entry {
     procs: FnProcs,
     util: FnUtil,
     putil: FnPUtil,
+    // Optional: only the DRA slice's attributes use them.
+    cc: Option<FnCc>,
+    driver_version: Option<FnDriverVersion>,
 }
 
 /// NVML, initialized once for the agent's life.
@@ -166,6 +180,8 @@ impl Nvml {
             procs,
             util: sym(&lib, b"nvmlDeviceGetUtilizationRates")?,
             putil: sym(&lib, b"nvmlDeviceGetProcessUtilization")?,
+            cc: sym(&lib, b"nvmlDeviceGetCudaComputeCapability").ok(),
+            driver_version: sym(&lib, b"nvmlSystemGetDriverVersion").ok(),
         };
         // SAFETY: nvmlInit_v2 takes no arguments.
         check("nvmlInit_v2", unsafe { (entry.init)() })?;
@@ -202,6 +218,28 @@ impl Drop for Nvml {
 }
 
 impl Gpus for Nvml {
+    fn compute_capability(&self, index: u32) -> Option<(u32, u32)> {
+        let f = self.entry.cc?;
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let h = self.handle(index).ok()?;
+        let (mut major, mut minor) = (0i32, 0i32);
+        // SAFETY: out-pointers to locals; `f` has the nvml.h signature.
+        let r = unsafe { f(h, &mut major, &mut minor) };
+        (r == nvmlReturn_t::NVML_SUCCESS && major > 0)
+            .then(|| (major as u32, minor.max(0) as u32))
+    }
+
+    fn driver_version(&self) -> Option<String> {
+        let f = self.entry.driver_version?;
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: a local buffer and its true length.
+        let r = unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) };
+        *buf.last_mut().unwrap_or(&mut 0) = 0;
+        let v = c_string(&buf);
+        (r == nvmlReturn_t::NVML_SUCCESS && !v.is_empty()).then_some(v)
+    }
+
     fn devices(&self) -> Result<Vec<GpuInfo>, NvmlError> {
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut n: c_uint = 0;

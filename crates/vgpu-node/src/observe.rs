@@ -38,6 +38,33 @@ pub struct PodIndex {
     pub containers: HashMap<String, Vec<String>>,
     /// The pods themselves, by UID.
     pub pods: HashMap<String, Pod>,
+    /// DRA share key → the (pod UID, container) that use it, first the one
+    /// its series are labelled with.
+    pub dra_owners: HashMap<String, Vec<(String, String)>>,
+    /// (pod UID, container) → the DRA share key whose region it uses.
+    pub dra_by_container: HashMap<(String, String), String>,
+}
+
+/// The containers that use each prepared DRA share, as the DRA driver
+/// knows them (from the claim's `reservedFor` pods at prepare time): share
+/// key → (pod UID, container) list. The agent folds it into each
+/// [`PodIndex`], so the monitor and the watchdog treat a share like a
+/// device-plugin container.
+#[derive(Default)]
+pub struct DraShares {
+    inner: std::sync::RwLock<BTreeMap<String, Vec<(String, String)>>>,
+}
+
+impl DraShares {
+    /// Replaces the map.
+    pub fn set(&self, map: BTreeMap<String, Vec<(String, String)>>) {
+        *self.inner.write().unwrap_or_else(|e| e.into_inner()) = map;
+    }
+
+    /// The current map.
+    pub fn get(&self) -> BTreeMap<String, Vec<(String, String)>> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl PodIndex {
@@ -89,15 +116,47 @@ impl PodIndex {
         ix
     }
 
+    /// Adds the DRA shares' users.
+    pub fn with_dra_shares(mut self, shares: &BTreeMap<String, Vec<(String, String)>>) -> PodIndex {
+        for (key, owners) in shares {
+            for o in owners {
+                self.dra_by_container
+                    .entry(o.clone())
+                    .or_insert_with(|| key.clone());
+            }
+            self.dra_owners.insert(key.clone(), owners.clone());
+        }
+        self
+    }
+
+    /// The region key of container `name` of pod `uid`: its DRA share when
+    /// it uses one, else its device-plugin key.
+    fn key_of(&self, uid: &str, name: &str) -> String {
+        self.dra_by_container
+            .get(&(uid.to_owned(), name.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| layout::container_key(uid, name))
+    }
+
+    /// The (pod UID, container) a region key belongs to: a device-plugin
+    /// key names them, a DRA share its first user.
+    pub fn owner_of<'a>(&'a self, key: &'a str) -> Option<(&'a str, &'a str)> {
+        if let Some(k) = layout::parse_container_key(key) {
+            return Some(k);
+        }
+        let (uid, ctr) = self.dra_owners.get(key)?.first()?;
+        Some((uid.as_str(), ctr.as_str()))
+    }
+
     /// The container a cgroup identity names: by container ID, else the
     /// only container of the named pod.
     pub fn resolve(&self, id: &CgroupIdentity) -> Option<String> {
         if let Some((uid, name)) = self.by_container_id.get(&id.container_id) {
-            return Some(layout::container_key(uid, name));
+            return Some(self.key_of(uid, name));
         }
         let uid = id.pod_uid.as_ref()?;
         match self.containers.get(uid).map(Vec::as_slice) {
-            Some([only]) => Some(layout::container_key(uid, only)),
+            Some([only]) => Some(self.key_of(uid, only)),
             _ => None,
         }
     }
@@ -311,7 +370,7 @@ pub fn scan_regions(l: &layout::Layout) -> Vec<ContainerRegion> {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|k| layout::parse_container_key(k).is_some())
+        .filter(|k| layout::is_region_key(k))
         .collect();
     keys.sort();
     keys.into_iter()

@@ -361,7 +361,7 @@ impl Watchdog {
             if let Some(k) = &kube {
                 let pods = self.pods.get();
                 for det in &rep.detections {
-                    let Some((uid, ctr)) = crate::layout::parse_container_key(&det.key) else {
+                    let Some((uid, ctr)) = pods.owner_of(&det.key) else {
                         continue;
                     };
                     let Some(pod) = pods.pods.get(uid) else {
@@ -388,7 +388,7 @@ impl Watchdog {
                     }
                 }
                 for kill in &rep.kills {
-                    let Some((uid, ctr)) = crate::layout::parse_container_key(&kill.key) else {
+                    let Some((uid, ctr)) = pods.owner_of(&kill.key) else {
                         continue;
                     };
                     let Some(pod) = pods.pods.get(uid) else {
