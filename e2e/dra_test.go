@@ -134,8 +134,31 @@ func (s *stack) addDRANode(t *testing.T, name string, devices int) *gpuNode {
 	n.agentArgs = withFlags(args, set)
 	n.startAgentEnv(t)
 	n.waitDRAPlugin(t)
+	n.waitRegistered(t)
 	n.waitSlices(t, devices, 60*time.Second)
 	return n
+}
+
+// waitRegistered waits for the kubelet's plugin manager to have registered
+// the driver with the DRA manager (GetInfo on the registration socket,
+// the service versions validated, NotifyRegistrationStatus).
+func (n *gpuNode) waitRegistered(t *testing.T) {
+	t.Helper()
+	if err := waitFor(30*time.Second, "the kubelet to register "+draDriver, func() error {
+		if n.agent.exited() {
+			return stopWaiting{fmt.Errorf("vgpu node exited")}
+		}
+		b, err := scrape(nil, n.dmURL+"/drivers/"+draDriver)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(b) != "registered" {
+			return fmt.Errorf("%s", strings.TrimSpace(b))
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\nthe kubelet's registration attempts:\n%s\n%s", err, grepLines(n.dm.output(), "RegisterPlugin"), n.agent.tail())
+	}
 }
 
 func (n *gpuNode) waitDRAPlugin(t *testing.T) {

@@ -22,8 +22,8 @@
 //     plugin manager walks the registry directory again.
 //
 // HTTP on --listen (loopback): GET /pods/<uid> (the admission's outcome),
-// POST /pods/<uid>/resync (that pod synced again, now), POST /restart,
-// GET /healthz. It prints
+// POST /pods/<uid>/resync (that pod synced again, now), GET /drivers/<name>
+// (200 once the driver is registered), POST /restart, GET /healthz. It prints
 // "drakubelet: listening on http://ADDR" on stdout once serving.
 package main
 
@@ -51,6 +51,7 @@ import (
 	"k8s.io/klog/v2"
 	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
+	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 
@@ -368,6 +369,21 @@ func (k *kubelet) routes() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(b)
+	})
+	// Whether the DRA manager has the driver registered (what prepare needs).
+	mux.HandleFunc("GET /drivers/{name}", func(w http.ResponseWriter, r *http.Request) {
+		k.mu.Lock()
+		pm, ok := k.m.GetWatcherHandler().(*draplugin.DRAPluginManager)
+		k.mu.Unlock()
+		if !ok {
+			http.Error(w, "the DRA manager's handler is no DRAPluginManager", http.StatusInternalServerError)
+			return
+		}
+		if _, err := pm.GetPlugin(r.PathValue("name")); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "registered")
 	})
 	mux.HandleFunc("POST /restart", func(w http.ResponseWriter, _ *http.Request) {
 		k.mu.Lock()
