@@ -264,6 +264,8 @@ func TestDRA(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e.observeScheduling(ctx)
+	quietSince := time.Now()
+	rewrites := e.observeSliceRewrites(ctx)
 
 	t.Run("ThreeSharesAndAPendingFourth", e.testThreeShares)
 	t.Run("WholeGPUAndRounding", e.testWholeAndRounding)
@@ -273,7 +275,17 @@ func TestDRA(t *testing.T) {
 	t.Run("DriverCrashBetweenPrepareSteps", e.testCrash)
 	t.Run("TwoSharesInOneContainerRefused", e.testTwoShares)
 
+	// Nothing about the GPU changed: its slice is never rewritten (a
+	// rewrite bumps the pool generation: every scheduler recomputes). The
+	// publisher's resync period is 30 s; watch past it.
+	if d := 35*time.Second - time.Since(quietSince); d > 0 {
+		time.Sleep(d)
+	}
 	e.mu.Lock()
+	if len(*rewrites) > 0 {
+		t.Errorf("%s's ResourceSlice rewritten %d times in %v with nothing changed, e.g. %s",
+			e.n.name, len(*rewrites), time.Since(quietSince).Round(time.Second), (*rewrites)[0])
+	}
 	var alloc []float64
 	for _, d := range e.scheduled {
 		alloc = append(alloc, float64(d.Microseconds())/1000)
@@ -393,6 +405,31 @@ func (e *draEnv) observeScheduling(ctx context.Context) {
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }})
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
+}
+
+// observeSliceRewrites records each update of the DRA node's slices (not
+// a creation after a wipe): the old and new pool generation and spec.
+func (e *draEnv) observeSliceRewrites(ctx context.Context) *[]string {
+	var out []string
+	f := informers.NewSharedInformerFactoryWithOptions(cp.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, e.n.name).String()
+	}))
+	inf := f.Resource().V1().ResourceSlices().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, cur any) {
+		a, ok1 := old.(*resourceapi.ResourceSlice)
+		b, ok2 := cur.(*resourceapi.ResourceSlice)
+		if !ok1 || !ok2 || a.ResourceVersion == b.ResourceVersion {
+			return
+		}
+		as, _ := json.Marshal(a.Spec)
+		bs, _ := json.Marshal(b.Spec)
+		e.mu.Lock()
+		out = append(out, fmt.Sprintf("generation %d → %d\n  was %s\n  now %s", a.Spec.Pool.Generation, b.Spec.Pool.Generation, as, bs))
+		e.mu.Unlock()
+	}})
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	return &out
 }
 
 // createPod creates a ResourceClaimTemplate asking one vgpu.io device with
