@@ -627,6 +627,12 @@ func checkLimits(t *testing.T, v containerView, memMiB int64, cores int64) {
 	if !ok {
 		t.Fatalf("no /etc/vgpu mount: %+v", v.mounts)
 	}
+	// The tenant controls its processes, not its limits.
+	for _, m := range v.mounts {
+		if m.containerPath == "/etc/vgpu" && !m.readOnly {
+			t.Errorf("/etc/vgpu is mounted writable: %+v", m)
+		}
+	}
 	b, err := os.ReadFile(lim)
 	must(t, err)
 	want := fmt.Sprintf("memory=%d", memMiB*mib)
@@ -707,6 +713,9 @@ func (e *draEnv) testThreeShares(t *testing.T) {
 		e.waitPrepared(t, p, sh, 60*time.Second)
 		v := cdiView(t, readCDISpec(t, sh.specPath), sh.cdiID)
 		checkLimits(t, v, 8000, 30)
+		if uuid := e.gpu.Attributes["uuid"].StringValue; uuid == nil || v.env["NVIDIA_VISIBLE_DEVICES"] != *uuid {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want the slice's uuid attribute", v.env["NVIDIA_VISIBLE_DEVICES"])
+		}
 		if i == 0 {
 			first, firstView = sh, v
 		}

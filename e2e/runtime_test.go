@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +20,10 @@ import (
 // containerEdits come down to this; workerEnv turns it into a worker's
 // env here.
 
-type mountView struct{ containerPath, hostPath string }
+type mountView struct {
+	containerPath, hostPath string
+	readOnly                bool
+}
 
 type containerView struct {
 	env    map[string]string
@@ -30,7 +34,7 @@ type containerView struct {
 func dmView(o *devicemanager.DeviceRunContainerOptions) containerView {
 	v := containerView{env: envOf(o)}
 	for _, m := range o.Mounts {
-		v.mounts = append(v.mounts, mountView{m.ContainerPath, m.HostPath})
+		v.mounts = append(v.mounts, mountView{m.ContainerPath, m.HostPath, m.ReadOnly})
 	}
 	return v
 }
@@ -97,7 +101,7 @@ func cdiView(t *testing.T, spec *cdiSpec, ids ...string) containerView {
 			v.env[k] = val
 		}
 		for _, m := range e.Mounts {
-			v.mounts = append(v.mounts, mountView{m.ContainerPath, m.HostPath})
+			v.mounts = append(v.mounts, mountView{m.ContainerPath, m.HostPath, slices.Contains(m.Options, "ro")})
 		}
 	}
 	if spec.ContainerEdits != nil {
