@@ -288,10 +288,11 @@ fn config(a: RunArgs) -> anyhow::Result<(NodeConfig, vgpu_dra::DraFlags, String,
     c.mode = Mode::parse(&a.mode)?;
     if a.dra_driver_name.is_empty()
         || a.dra_driver_name.len() > 63
-        || !a
-            .dra_driver_name
-            .split('.')
-            .all(|l| !l.is_empty() && l.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-'))
+        || !a.dra_driver_name.split('.').all(|l| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-')
+        })
     {
         bail!(
             "--dra-driver-name {:?}: expected a DNS subdomain of at most 63 characters (e.g. vgpu.io)",
@@ -342,7 +343,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if check {
         println!("{cfg:#?}");
         if cfg.mode.dra() {
-            println!("{:#?}", dra.config(&cfg.node_name, vgpu_node::allocate::AllocSettings::from_config(&cfg)));
+            println!(
+                "{:#?}",
+                dra.config(
+                    &cfg.node_name,
+                    vgpu_node::allocate::AllocSettings::from_config(&cfg)
+                )
+            );
         }
         return Ok(ExitCode::SUCCESS);
     }

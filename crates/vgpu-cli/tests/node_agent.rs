@@ -698,3 +698,183 @@ async fn the_hosted_broker_answers_a_worker_in_its_own_pid_namespace() {
         "a host process gets its own PID"
     );
 }
+
+/// `vgpu node --mode dra`: no device plugin and no HAMi registration; the
+/// ResourceSlice of the simulated GPU; a claim's share prepared over the
+/// real DRA socket; a worker run with the share's CDI env (container paths
+/// mapped to the host) is held to the share's limits file and shows up in
+/// `/metrics` under the pod and container that use the share; unprepare
+/// removes it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dra_mode_prepares_a_share_that_the_monitor_labels() {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+    use serde_json::json;
+    use vgpu_dra::proto::dra_v1 as dra;
+
+    let env = Env::new(1);
+    let d = |s: &str| env.dir.path().join(s);
+    let (reg, plugin, cdi) = (d("registry"), d("plugins/vgpu.io"), d("cdi"));
+    let args = [
+        "--mode",
+        "dra",
+        "--dra-registry-dir",
+        reg.to_str().unwrap(),
+        "--dra-plugin-dir",
+        plugin.to_str().unwrap(),
+        "--cdi-dir",
+        cdi.to_str().unwrap(),
+    ];
+    let mut agent = env.agent(&args);
+    let reg_sock = reg.join("vgpu.io-reg.sock");
+    wait_for(Duration::from_secs(20), "the registration socket", || {
+        reg_sock.exists().then_some(())
+    });
+    let u0 = uuid(0);
+    let slice = wait_for(Duration::from_secs(20), "the ResourceSlice", || {
+        env.fx.get::<ResourceSlice>("", &format!("{NODE}-vgpu.io"))
+    });
+    let dev = &slice.spec.devices.as_ref().unwrap()[0];
+    assert_eq!(dev.name, "gpu-0");
+    assert_eq!(
+        dev.attributes.as_ref().unwrap()["uuid"].string.as_deref(),
+        Some(u0.as_str())
+    );
+    assert_eq!(dev.allow_multiple_allocations, Some(true));
+    // What NVML tells beyond the basics reaches the slice.
+    let attrs = dev.attributes.as_ref().unwrap();
+    for a in [
+        "cudaComputeCapability",
+        "driverVersion",
+        "architecture",
+        "productName",
+    ] {
+        assert!(attrs.contains_key(a), "{a} in {attrs:?}");
+    }
+    assert!(
+        dev.capacity.as_ref().unwrap()["memory"]
+            .value
+            .0
+            .ends_with("Mi"),
+        "memory in Mi"
+    );
+    assert!(
+        !env.dp_dir.join("vgpu.sock").exists(),
+        "no device plugin in dra mode"
+    );
+    assert_eq!(env.node_annotation(vgpu_hami::keys::NODE_REGISTER), None);
+
+    // A pod whose container `main` uses request `gpu` of claim `c1`.
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"nodeName": NODE, "resourceClaims": [{"name": "g", "resourceClaimName": "c1"}],
+                 "containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "g", "request": "gpu"}]}}]},
+    }))
+    .unwrap();
+    let pod = env.fx.create(&pod).unwrap();
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": "c1", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "vgpu.io"}}]}},
+    }))
+    .unwrap();
+    let claim = env.fx.create(&claim).unwrap();
+    env.fx
+        .set_status::<ResourceClaim>(
+            "default",
+            "c1",
+            json!({
+                "allocation": {"devices": {"results": [{"request": "gpu", "driver": "vgpu.io", "pool": NODE, "device": "gpu-0",
+                    "shareID": "s1", "consumedCapacity": {"memory": "256Mi", "cores": "50"}}]}},
+                "reservedFor": [{"resource": "pods", "name": "train", "uid": pod.metadata.uid}],
+            }),
+        )
+        .unwrap();
+    let cuid = claim.metadata.uid.unwrap();
+    let ch = vgpu_node::plugin::uds_channel(plugin.join("dra.sock"))
+        .await
+        .unwrap();
+    let mut c = dra::dra_plugin_client::DraPluginClient::new(ch);
+    let claims = vec![dra::Claim {
+        namespace: "default".into(),
+        uid: cuid.clone(),
+        name: "c1".into(),
+    }];
+    let r = c
+        .node_prepare_resources(dra::NodePrepareResourcesRequest {
+            claims: claims.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let got = &r.claims[&cuid];
+    assert_eq!(got.error, "");
+    assert_eq!(
+        got.devices[0].cdi_device_ids,
+        [format!("vgpu.io/claim={cuid}-gpu-0-s1")]
+    );
+
+    // What the runtime would give the container, mapped to the host.
+    let spec_path = cdi.join(format!("vgpu.io-claim_{cuid}.json"));
+    let spec = vgpu_dra::cdi::Spec::parse(&std::fs::read_to_string(&spec_path).unwrap()).unwrap();
+    let edits = &spec.devices[0].container_edits;
+    let host_of = |cp: &str| -> PathBuf {
+        let m = edits
+            .mounts
+            .iter()
+            .find(|m| cp.starts_with(&m.container_path) && m.container_path != "/")
+            .unwrap_or_else(|| panic!("no mount for {cp}"));
+        PathBuf::from(&m.host_path).join(cp[m.container_path.len()..].trim_start_matches('/'))
+    };
+    let mut wenv = Vec::new();
+    for e in &edits.env {
+        let (k, v) = e.split_once('=').unwrap();
+        match k {
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE" => {
+                wenv.push((k.to_string(), host_of(v).display().to_string()))
+            }
+            "NVIDIA_VISIBLE_DEVICES" => wenv.push(("CUDA_VISIBLE_DEVICES".into(), v.into())),
+            _ => wenv.push((k.into(), v.into())),
+        }
+    }
+    let mut w = Worker::start(
+        &env,
+        true,
+        &wenv,
+        None,
+        &["init", "ctx", "0", "alloc", "100", "ready", "wait"],
+    );
+    w.expect("ready");
+    let l = labels("default", "train", "main", &u0);
+    let text = wait_for(Duration::from_secs(20), "the share's series", || {
+        let t = agent.scrape();
+        (get(&t, "hami_vgpu_memory_used_bytes", &l).unwrap_or(0.0) > 0.0).then_some(t)
+    });
+    assert_eq!(
+        get(&text, "hami_vgpu_memory_limit_bytes", &l),
+        Some((256u64 << 20) as f64),
+        "the share's budget, from its limits file"
+    );
+    assert_eq!(get(&text, "vgpu_container_sm_limit_ratio", &l), Some(50.0));
+    let region = host_of("/tmp/vgpu/region.cache");
+    let s = vgpu_region::Region::open_read_only(&region)
+        .unwrap()
+        .snapshot();
+    assert_eq!(
+        get(&text, "hami_vgpu_memory_used_bytes", &l),
+        Some(s.devices[0].used as f64)
+    );
+    drop(w);
+
+    let r = c
+        .node_unprepare_resources(dra::NodeUnprepareResourcesRequest { claims })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.claims[&cuid].error, "");
+    assert!(!spec_path.exists() && !region.exists());
+    agent.stop();
+    assert!(
+        !reg_sock.exists(),
+        "the registration socket goes with the agent"
+    );
+}

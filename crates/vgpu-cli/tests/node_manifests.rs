@@ -774,9 +774,20 @@ fn chart_renders_the_objects_vgpu_prints_in_dra_modes() {
         let objs = same_objects(&helm_values(Some(&f)), Some(&f));
         let ds = &objs[&("DaemonSet".to_string(), "vgpu-vgpu-node".to_string())];
         let args = &container(ds, "vgpu-node")["args"];
-        let args: Vec<&str> = args.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-        assert!(args.contains(&format!("--mode={mode}").as_str()), "{args:?}");
-        assert!(args.contains(&"--dra-driver-name=gpu.example.com"), "{args:?}");
+        let args: Vec<&str> = args
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            args.contains(&format!("--mode={mode}").as_str()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"--dra-driver-name=gpu.example.com"),
+            "{args:?}"
+        );
         let mounts: Vec<&str> = container(ds, "vgpu-node")["volumeMounts"]
             .as_array()
             .unwrap()
@@ -795,16 +806,24 @@ fn chart_renders_the_objects_vgpu_prints_in_dra_modes() {
             dc["spec"]["selectors"][0]["cel"]["expression"],
             "device.driver == 'gpu.example.com' && device.allowMultipleAllocations"
         );
-        assert_eq!(dc["spec"].get("extendedResourceName").is_some(), !ext.is_empty());
+        assert_eq!(
+            dc["spec"].get("extendedResourceName").is_some(),
+            !ext.is_empty()
+        );
         let role = &objs[&("ClusterRole".to_string(), "vgpu-vgpu-node".to_string())];
         let rules = role["rules"].to_string();
-        assert!(rules.contains("resourceslices") && rules.contains("resourceclaims"), "{rules}");
+        assert!(
+            rules.contains("resourceslices") && rules.contains("resourceclaims"),
+            "{rules}"
+        );
     }
     // The defaults: no DRA at all.
     let objs = same_objects(&helm_values(None), None);
     assert!(!objs.keys().any(|(k, _)| k == "DeviceClass"));
     let ds = &objs[&("DaemonSet".to_string(), "vgpu-vgpu-node".to_string())];
-    assert!(container(ds, "vgpu-node")["args"].to_string().contains("--mode=device-plugin"));
+    assert!(container(ds, "vgpu-node")["args"]
+        .to_string()
+        .contains("--mode=device-plugin"));
 }
 
 #[test]

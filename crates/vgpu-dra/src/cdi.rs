@@ -113,7 +113,10 @@ pub fn qualified(driver: &str, name: &str) -> String {
 
 /// The spec file of a claim: `<dir>/<vendor>-claim_<claimUID>.json`.
 pub fn spec_path(dir: &Path, driver: &str, claim_uid: &str) -> PathBuf {
-    dir.join(format!("{}-{CLASS}_{claim_uid}.json", driver.replace('/', "-")))
+    dir.join(format!(
+        "{}-{CLASS}_{claim_uid}.json",
+        driver.replace('/', "-")
+    ))
 }
 
 /// Why a spec is refused.

@@ -149,7 +149,10 @@ pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, DriverError> {
     if c.version != CHECKPOINT_VERSION {
         return Err(DriverError::Checkpoint {
             path: path.into(),
-            why: format!("version {} (this driver writes {CHECKPOINT_VERSION})", c.version),
+            why: format!(
+                "version {} (this driver writes {CHECKPOINT_VERSION})",
+                c.version
+            ),
         });
     }
     Ok(c)
@@ -177,8 +180,14 @@ fn remove_file(p: &Path) -> Result<(), DriverError> {
 }
 
 /// Writes a claim's limits files, directories and CDI spec (idempotent);
-/// the failpoints fire after the limits and after the spec.
-pub fn write_files(cfg: &DriverConfig, uid: &str, record: &ClaimRecord) -> Result<(), DriverError> {
+/// in a prepare (`in_prepare`) the failpoints fire after the limits and
+/// after the spec (never in the rewrite at start).
+pub fn write_files(
+    cfg: &DriverConfig,
+    uid: &str,
+    record: &ClaimRecord,
+    in_prepare: bool,
+) -> Result<(), DriverError> {
     let l = &cfg.alloc.layout;
     let le = |e: layout::LayoutError| DriverError::Host(e.to_string());
     layout::ensure_dir_all(&l.containers_dir(), 0o755).map_err(le)?;
@@ -192,19 +201,27 @@ pub fn write_files(cfg: &DriverConfig, uid: &str, record: &ClaimRecord) -> Resul
         vgpu_region::limits::write_limits_file_atomic(&l.limits_file(&s.key), &limits)
             .map_err(|e| DriverError::Host(format!("limits file of {}: {e}", s.key)))?;
     }
-    failpoint("limits-written");
+    if in_prepare {
+        failpoint("limits-written");
+    }
     layout::ensure_dir_all(&cfg.cdi_dir, 0o755).map_err(le)?;
     let spec = plan::cdi_spec(&cfg.driver, record, &cfg.alloc);
     spec.validate()
         .map_err(|e| DriverError::Host(format!("claim {uid}: {e}")))?;
     let path = cdi::spec_path(&cfg.cdi_dir, &cfg.driver, uid);
     layout::write_atomic(&path, spec.render().as_bytes(), 0o644).map_err(host("writing", &path))?;
-    failpoint("cdi-written");
+    if in_prepare {
+        failpoint("cdi-written");
+    }
     Ok(())
 }
 
 /// Removes a claim's CDI spec, limits and region directories.
-pub fn remove_files(cfg: &DriverConfig, uid: &str, record: &ClaimRecord) -> Result<(), DriverError> {
+pub fn remove_files(
+    cfg: &DriverConfig,
+    uid: &str,
+    record: &ClaimRecord,
+) -> Result<(), DriverError> {
     let l = &cfg.alloc.layout;
     remove_file(&cdi::spec_path(&cfg.cdi_dir, &cfg.driver, uid))?;
     for s in &record.shares {
@@ -241,7 +258,7 @@ impl Driver {
             save_checkpoint(&cfg.checkpoint(), &c)?;
         }
         for (uid, r) in &c.claims {
-            write_files(&cfg, uid, r)?;
+            write_files(&cfg, uid, r, false)?;
         }
         let d = Driver {
             cfg,
@@ -291,7 +308,9 @@ impl Driver {
             match api.get_opt(&r.name).await {
                 Ok(Some(p)) if p.metadata.uid.as_deref() == Some(r.uid.as_str()) => out.push(p),
                 Ok(_) => {}
-                Err(e) => tracing::warn!(pod = %format!("{ns}/{}", r.name), "reading a pod that reserves the claim: {e}"),
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{ns}/{}", r.name), "reading a pod that reserves the claim: {e}")
+                }
             }
         }
         out
@@ -323,6 +342,12 @@ impl Driver {
     ) -> Result<Vec<PreparedDevice>, String> {
         if let Some(r) = state.claims.get(&c.uid) {
             if r.state == ClaimState::PrepareCompleted {
+                // Prepared: the same answer; files someone removed since
+                // (a CDI tmpfs emptied) come back first.
+                let spec = cdi::spec_path(&self.cfg.cdi_dir, &self.cfg.driver, &c.uid);
+                if !spec.exists() {
+                    write_files(&self.cfg, &c.uid, r, false).map_err(|e| e.to_string())?;
+                }
                 return Ok(r.devices.clone());
             }
         }
@@ -340,7 +365,8 @@ impl Driver {
             gpus: &gpus,
             alloc: &self.cfg.alloc,
         };
-        let mut record = plan::plan_claim(&input, &claim, &c.uid, &pods).map_err(|e| e.to_string())?;
+        let mut record =
+            plan::plan_claim(&input, &claim, &c.uid, &pods).map_err(|e| e.to_string())?;
         plan::check_fit(&state.claims, &c.uid, &record, &gpus).map_err(|e| e.to_string())?;
         let ck = self.cfg.checkpoint();
         // A record left half-done (its undo failed at start) goes first.
@@ -350,7 +376,7 @@ impl Driver {
         state.claims.insert(c.uid.clone(), record.clone());
         save_checkpoint(&ck, state).map_err(|e| e.to_string())?;
         failpoint("checkpoint-started");
-        if let Err(e) = write_files(&self.cfg, &c.uid, &record) {
+        if let Err(e) = write_files(&self.cfg, &c.uid, &record, true) {
             let _ = remove_files(&self.cfg, &c.uid, &record);
             state.claims.remove(&c.uid);
             let _ = save_checkpoint(&ck, state);

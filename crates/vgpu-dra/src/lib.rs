@@ -6,17 +6,17 @@
 //! the monitor, watchdog and GC know, HAMi's env and vgpu's mounts — handed
 //! to the runtime as a transient CDI spec per claim.
 //!
+//! - [`proto`]: the generated kubelet APIs;
 //! - [`quantity`]: exact Kubernetes quantities, the allocator's rounding;
 //! - [`slice`]: the ResourceSlice (pure), its validation, the dropped-field check;
 //! - [`cdi`]: CDI spec types and names;
 //! - [`plan`]: prepare planning (pure): shares, users, refusals, fit, limits, edits;
 //! - [`driver`]: node state, checkpoint, prepare/unprepare with files;
 //! - [`server`]: the registration and DRA gRPC services on Unix sockets;
-//! - [`publisher`]: the ResourceSlice kept in the API server;
-//! - [`proto`]: the generated kubelet APIs.
+//! - [`publisher`]: the ResourceSlice kept in the API server.
 //!
-//! Modules import downward only (the list above, top to bottom, from the
-//! pure ones to the ones with I/O).
+//! Each module imports only modules listed above it (pure ones first, I/O
+//! last); [`run`] wires them into the agent.
 
 pub mod cdi;
 pub mod driver;
@@ -99,10 +99,7 @@ pub fn gpu_facts(gpus: &dyn Gpus) -> Vec<slice::GpuFacts> {
 /// Runs the DRA driver in the agent until shutdown: node state (the
 /// checkpoint recovered), the ResourceSlice publisher, the sockets.
 pub async fn run(ctx: AgentContext, flags: DraFlags) -> Result<(), String> {
-    let cfg = flags.config(
-        &ctx.cfg.node_name,
-        AllocSettings::from_config(&ctx.cfg),
-    );
+    let cfg = flags.config(&ctx.cfg.node_name, AllocSettings::from_config(&ctx.cfg));
     let g1 = ctx.gpus.clone();
     let d = driver::Driver::open(
         cfg.clone(),

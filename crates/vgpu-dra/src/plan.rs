@@ -326,7 +326,11 @@ pub fn plan_claim(
             why: why.into(),
         };
         if memory == 0 || memory > full {
-            return Err(cap_err(MEMORY, memory, "outside 1 byte ..= the GPU's memory"));
+            return Err(cap_err(
+                MEMORY,
+                memory,
+                "outside 1 byte ..= the GPU's memory",
+            ));
         }
         let cores = match cores {
             None | Some(100) => None,
@@ -359,7 +363,8 @@ pub fn plan_claim(
                 .map(|(i, _)| i)
                 .collect();
             if idx.len() > 1 {
-                let reqs: BTreeSet<&str> = idx.iter().map(|&i| shares[i].request.as_str()).collect();
+                let reqs: BTreeSet<&str> =
+                    idx.iter().map(|&i| shares[i].request.as_str()).collect();
                 return Err(PlanError::TwoShares {
                     claim: format!("{namespace}/{name}"),
                     pod: format!("{pod_ns}/{pod_name}"),
@@ -428,7 +433,9 @@ pub fn check_fit(
         *cores.entry(&s.device).or_default() += u64::from(s.cores.unwrap_or(0));
     }
     for s in &new.shares {
-        let Some(g) = slice::parse_device_name(&s.device).and_then(|i| gpus.iter().find(|g| g.index == i)) else {
+        let Some(g) =
+            slice::parse_device_name(&s.device).and_then(|i| gpus.iter().find(|g| g.index == i))
+        else {
             continue;
         };
         let m = mem[s.device.as_str()];
@@ -494,5 +501,245 @@ pub fn cdi_spec(driver: &str, record: &ClaimRecord, alloc: &AllocSettings) -> cd
             })
             .collect(),
         container_edits: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use vgpu_node::config::DeviceListStrategies;
+    use vgpu_node::layout::Layout;
+
+    fn alloc() -> AllocSettings {
+        AllocSettings {
+            layout: Layout::new("/usr/local"),
+            lib_path: "/usr/local/vgpu/libvgpu.so".into(),
+            lock_dir: "/tmp/vgpulock".into(),
+            broker_socket: None,
+            log_level: None,
+            core_policy: None,
+            memory_scaling: 1.0,
+            device_list: DeviceListStrategies::default(),
+        }
+    }
+
+    fn gpus() -> Vec<GpuFacts> {
+        vec![GpuFacts {
+            index: 0,
+            uuid: "GPU-a".into(),
+            product_name: "X".into(),
+            memory_total: (16 << 30) + 5,
+            bus_id: String::new(),
+            numa: None,
+            compute_capability: None,
+            driver_version: None,
+            architecture: None,
+        }]
+    }
+
+    /// A claim `c` (UID `u`) with `results` = (request, shareID, consumed).
+    fn claim(results: serde_json::Value) -> ResourceClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }))
+        .unwrap()
+    }
+
+    fn result(req: &str, share: &str, consumed: serde_json::Value) -> serde_json::Value {
+        json!({"request": req, "driver": "vgpu.io", "pool": "n", "device": "gpu-0", "shareID": share, "consumedCapacity": consumed})
+    }
+
+    /// A pod whose containers reference the claim with these requests
+    /// (`""`: the whole claim).
+    fn pod(ctrs: &[(&str, &[&str])]) -> Pod {
+        let containers: Vec<_> = ctrs
+            .iter()
+            .map(|(n, reqs)| json!({"name": n, "resources": {"claims": reqs.iter().map(|r| if r.is_empty() { json!({"name": "g"}) } else { json!({"name": "g", "request": r}) }).collect::<Vec<_>>()}}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "pu"},
+            "spec": {"containers": containers, "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]},
+            "status": {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "c"}]},
+        }))
+        .unwrap()
+    }
+
+    fn input<'a>(a: &'a AllocSettings, g: &'a [GpuFacts]) -> PlanInput<'a> {
+        PlanInput {
+            driver: "vgpu.io",
+            node: "n",
+            gpus: g,
+            alloc: a,
+        }
+    }
+
+    #[test]
+    fn shares_owners_and_refusals() {
+        let (a, g) = (alloc(), gpus());
+        let i = input(&a, &g);
+        let c = claim(json!([
+            result("r1", "s1", json!({"memory": "1Gi", "cores": "30"})),
+            result("r2/sub", "s2", json!({"memory": "2Gi", "cores": "100"})),
+            // Another driver's and another pool's results are not ours.
+            {"request": "r3", "driver": "other", "pool": "n", "device": "gpu-0"},
+            {"request": "r4", "driver": "vgpu.io", "pool": "m", "device": "gpu-0"},
+        ]));
+        // Two containers on r1 share its budget; r2's container has its own.
+        let p = pod(&[("a", &["r1"]), ("b", &["r1"]), ("c", &["r2"])]);
+        let r = plan_claim(&i, &c, "u", &[p]).unwrap();
+        assert_eq!(r.shares.len(), 2);
+        let owners = |k: usize| -> Vec<&str> {
+            r.shares[k]
+                .owners
+                .iter()
+                .map(|o| o.container.as_str())
+                .collect()
+        };
+        assert_eq!(owners(0), ["a", "b"]);
+        assert_eq!(owners(1), ["c"]);
+        assert_eq!(r.shares[0].key, "dra_u_gpu-0_s1");
+        assert_eq!((r.shares[0].memory, r.shares[0].cores), (1 << 30, Some(30)));
+        assert_eq!((r.shares[1].memory, r.shares[1].cores), (2 << 30, None));
+        assert_eq!(r.devices[1].request_names, ["r2"]);
+        assert_eq!(r.devices[1].cdi_device_ids, ["vgpu.io/claim=u-gpu-0-s2"]);
+        // The same claim planned again: the same IDs.
+        let again = plan_claim(&i, &c, "u", &[pod(&[("a", &["r1"])])]).unwrap();
+        assert_eq!(again.devices, r.devices);
+
+        // A container on the whole claim, or on a request with two results.
+        for p in [pod(&[("x", &[""])]), pod(&[("x", &["r1", "r2"])])] {
+            let e = plan_claim(&i, &c, "u", &[p]).unwrap_err();
+            assert!(matches!(e, PlanError::TwoShares { shares: 2, .. }), "{e}");
+        }
+        let count2 = claim(json!([
+            result("r", "s1", json!({"memory": "1Gi"})),
+            result("r", "s2", json!({"memory": "1Gi"})),
+        ]));
+        let e = plan_claim(&i, &count2, "u", &[pod(&[("x", &["r"])])]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("give each container its own request"),
+            "{e}"
+        );
+
+        // No consumed capacity: the whole GPU as published (16 GiB).
+        let whole =
+            claim(json!([{"request": "r", "driver": "vgpu.io", "pool": "n", "device": "gpu-0"}]));
+        let w = plan_claim(&i, &whole, "u", &[]).unwrap();
+        assert_eq!((w.shares[0].memory, w.shares[0].cores), (16 << 30, None));
+        assert_eq!(w.shares[0].key, "dra_u_gpu-0");
+        assert_eq!(w.devices[0].share_id, None);
+
+        // Refusals.
+        assert!(matches!(
+            plan_claim(&i, &c, "v", &[]),
+            Err(PlanError::Uid { .. })
+        ));
+        let mut unalloc = c.clone();
+        unalloc.status = None;
+        assert!(matches!(
+            plan_claim(&i, &unalloc, "u", &[]),
+            Err(PlanError::NotAllocated(_))
+        ));
+        let bad_dev =
+            claim(json!([{"request": "r", "driver": "vgpu.io", "pool": "n", "device": "gpu-7"}]));
+        assert!(matches!(
+            plan_claim(&i, &bad_dev, "u", &[]),
+            Err(PlanError::UnknownDevice { .. })
+        ));
+        for consumed in [
+            json!({"memory": "17Gi"}),
+            json!({"memory": "0"}),
+            json!({"cores": "101"}),
+            json!({"memory": "1.5"}),
+        ] {
+            let c = claim(json!([result("r", "s", consumed.clone())]));
+            assert!(
+                matches!(
+                    plan_claim(&i, &c, "u", &[]),
+                    Err(PlanError::Capacity { .. })
+                ),
+                "{consumed}"
+            );
+        }
+    }
+
+    #[test]
+    fn fit_counts_every_prepared_share() {
+        let (a, g) = (alloc(), gpus());
+        let i = input(&a, &g);
+        let mk = |uid: &str, mem: &str, cores: &str| {
+            let mut c = claim(json!([result(
+                "r",
+                &format!("s-{uid}"),
+                json!({"memory": mem, "cores": cores})
+            )]));
+            c.metadata.uid = Some(uid.into());
+            plan_claim(&i, &c, uid, &[]).unwrap()
+        };
+        let mut prepared = BTreeMap::new();
+        prepared.insert("a".to_string(), mk("a", "8Gi", "50"));
+        check_fit(&prepared, "b", &mk("b", "8Gi", "50"), &g).unwrap();
+        let e = check_fit(&prepared, "b", &mk("b", "8193Mi", "10"), &g).unwrap_err();
+        assert!(
+            e.to_string().contains("memory 16385 MiB of 16384 MiB"),
+            "{e}"
+        );
+        let e = check_fit(&prepared, "b", &mk("b", "1Gi", "51"), &g).unwrap_err();
+        assert!(e.to_string().contains("cores 101"), "{e}");
+        // Cores 100 is no SM limit: it does not count against the others.
+        check_fit(&prepared, "b", &mk("b", "1Gi", "100"), &g).unwrap();
+        // A claim prepared again is not counted twice.
+        check_fit(&prepared, "a", &mk("a", "16Gi", "100"), &g).unwrap();
+    }
+
+    #[test]
+    fn limits_and_edits_of_a_share() {
+        let (a, g) = (alloc(), gpus());
+        let c = claim(json!([result(
+            "r",
+            "s1",
+            json!({"memory": "8000Mi", "cores": "30"})
+        )]));
+        let r = plan_claim(&input(&a, &g), &c, "u", &[]).unwrap();
+        let s = &r.shares[0];
+        assert_eq!(
+            limits(s, &a).render(),
+            format!(
+                "vgpu-limits 1\ndevice GPU-a memory={} sm=30\n",
+                8000u64 << 20
+            )
+        );
+        let e = edits(s, &a);
+        assert_eq!(e.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "8000m");
+        assert_eq!(e.envs["CUDA_DEVICE_SM_LIMIT"], "30");
+        assert_eq!(e.envs["NVIDIA_VISIBLE_DEVICES"], "GPU-a");
+        let spec = cdi_spec("vgpu.io", &r, &a);
+        spec.validate().unwrap();
+        assert_eq!(spec.devices[0].name, "u-gpu-0-s1");
+        // The device plugin's function: the same mounts, in its order.
+        let cps: Vec<&str> = spec.devices[0]
+            .container_edits
+            .mounts
+            .iter()
+            .map(|m| m.container_path.as_str())
+            .collect();
+        assert_eq!(
+            cps,
+            [
+                "/usr/local/vgpu/libvgpu.so",
+                "/usr/local/vgpu/libvgpu_core.so",
+                "/usr/local/vgpu",
+                "/tmp/vgpu",
+                "/etc/vgpu",
+                "/tmp/vgpulock",
+                "/etc/ld.so.preload",
+            ]
+        );
+        assert_eq!(base_request("gpu/small"), "gpu");
+        assert_eq!(base_request("gpu"), "gpu");
     }
 }

@@ -101,7 +101,9 @@ impl Publisher {
             .await
             .map_err(|e| format!("reading back ResourceSlice {name}: {e}"))?;
         if let Err(e) = slice::check_kept(&back).and(slice::check_kept(&stored)) {
-            return Err(format!("ResourceSlice {name}: dropped consumable-capacity fields: {e}"));
+            return Err(format!(
+                "ResourceSlice {name}: dropped consumable-capacity fields: {e}"
+            ));
         }
         Ok(Reconciled::Written(back.spec.pool.generation))
     }
@@ -150,8 +152,10 @@ impl Publisher {
                             ev = s.next() => match ev {
                                 Some(Ok(WatchEvent::Deleted(_))) | Some(Ok(WatchEvent::Modified(_))) => break,
                                 Some(Ok(_)) => {}
-                                // Watch gone: fall back to the timer.
-                                Some(Err(_)) | None => { watch_gone = true; break }
+                                // The server ended the watch: start over.
+                                None => break,
+                                // A broken watch: fall back to the timer.
+                                Some(Err(_)) => { watch_gone = true; break }
                             }
                         }
                     }

@@ -246,7 +246,11 @@ mod tests {
             ("2.5", "1", Some(q("1")), "3"),
         ];
         for (r, m, s, want) in table {
-            assert_eq!(round_up_range(q(r), q(m), *s), q(want), "{r} min {m} step {s:?}");
+            assert_eq!(
+                round_up_range(q(r), q(m), *s),
+                q(want),
+                "{r} min {m} step {s:?}"
+            );
         }
     }
 

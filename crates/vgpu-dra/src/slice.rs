@@ -118,10 +118,11 @@ pub fn device(g: &GpuFacts) -> Device {
     let mut attributes = BTreeMap::new();
     attributes.insert("uuid".to_owned(), string(&g.uuid));
     attributes.insert("productName".to_owned(), string(&g.product_name));
-    let arch = g
-        .architecture
-        .clone()
-        .or_else(|| g.compute_capability.and_then(architecture_of).map(str::to_owned));
+    let arch = g.architecture.clone().or_else(|| {
+        g.compute_capability
+            .and_then(architecture_of)
+            .map(str::to_owned)
+    });
     if let Some(a) = arch {
         attributes.insert("architecture".to_owned(), string(a));
     }
@@ -317,7 +318,9 @@ pub fn validate(device: &Device) -> Result<(), SliceError> {
             for (what, v) in [("default", default), ("max", max)] {
                 if let Some(v) = v {
                     if (v.0 - min.0) % s.0 != 0 {
-                        return Err(rule(&format!("{what} must be min plus a whole number of steps")));
+                        return Err(rule(&format!(
+                            "{what} must be min plus a whole number of steps"
+                        )));
                     }
                 }
             }
@@ -440,16 +443,46 @@ mod tests {
             validate(&d)
         };
         fn range(c: &mut DeviceCapacity) -> &mut CapacityRequestPolicyRange {
-            c.request_policy.as_mut().unwrap().valid_range.as_mut().unwrap()
+            c.request_policy
+                .as_mut()
+                .unwrap()
+                .valid_range
+                .as_mut()
+                .unwrap()
         }
-        let bad: Vec<(&str, Box<dyn Fn(&mut DeviceCapacity)>, &str)> = vec![
-            ("memory", Box::new(|c| c.value = q("81919.5Mi")), "max must not exceed"),
-            ("cores", Box::new(|c| range(c).min = q("101")), "min must not exceed"),
+        type Edit = Box<dyn Fn(&mut DeviceCapacity)>;
+        let bad: Vec<(&str, Edit, &str)> = vec![
+            (
+                "memory",
+                Box::new(|c| c.value = q("81919.5Mi")),
+                "max must not exceed",
+            ),
+            (
+                "cores",
+                Box::new(|c| range(c).min = q("101")),
+                "min must not exceed",
+            ),
             ("cores", Box::new(|c| range(c).min = q("100")), "min + step"),
-            ("cores", Box::new(|c| c.request_policy.as_mut().unwrap().default = Some(q("0"))), "default"),
-            ("cores", Box::new(|c| range(c).step = Some(q("7"))), "default must be min plus"),
-            ("memory", Box::new(|c| range(c).max = Some(q("0"))), "max must not be below"),
-            ("memory", Box::new(|c| range(c).step = Some(q("0"))), "step must be positive"),
+            (
+                "cores",
+                Box::new(|c| c.request_policy.as_mut().unwrap().default = Some(q("0"))),
+                "default",
+            ),
+            (
+                "cores",
+                Box::new(|c| range(c).step = Some(q("7"))),
+                "default must be min plus",
+            ),
+            (
+                "memory",
+                Box::new(|c| range(c).max = Some(q("0"))),
+                "max must not be below",
+            ),
+            (
+                "memory",
+                Box::new(|c| range(c).step = Some(q("0"))),
+                "step must be positive",
+            ),
         ];
         for (key, f, want) in bad {
             let e = with(key, &*f).unwrap_err().to_string();
@@ -483,7 +516,13 @@ mod tests {
         let mut g2 = s.clone();
         g2.spec.pool.generation = 7;
         assert!(same_content(&s, &g2));
-        let other = build("vgpu.io", "n1", "uid", 1, &[GpuFacts { index: 1, ..a100() }]);
+        let other = build(
+            "vgpu.io",
+            "n1",
+            "uid",
+            1,
+            &[GpuFacts { index: 1, ..a100() }],
+        );
         assert!(!same_content(&s, &other));
     }
 

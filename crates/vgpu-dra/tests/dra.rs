@@ -95,9 +95,17 @@ fn pod(api: &ApiFixture, name: &str, claim: &str, ctrs: &[(&str, &[&str])]) -> P
 }
 
 /// A claim allocated on gpu-0 with `results` = (request, shareID, memory, cores).
-fn claim(api: &ApiFixture, name: &str, results: &[(&str, &str, &str, &str)], pods: &[&Pod]) -> ResourceClaim {
+fn claim(
+    api: &ApiFixture,
+    name: &str,
+    results: &[(&str, &str, &str, &str)],
+    pods: &[&Pod],
+) -> ResourceClaim {
     let requests: Vec<&str> = {
-        let mut r: Vec<&str> = results.iter().map(|r| r.0.split('/').next().unwrap()).collect();
+        let mut r: Vec<&str> = results
+            .iter()
+            .map(|r| r.0.split('/').next().unwrap())
+            .collect();
         r.dedup();
         r
     };
@@ -132,7 +140,10 @@ fn uid(c: &ResourceClaim) -> String {
 }
 
 fn node(api: &ApiFixture) {
-    let n: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})).unwrap();
+    let n: Node = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+    )
+    .unwrap();
     api.create(&n).unwrap();
 }
 
@@ -173,50 +184,104 @@ async fn kubelet_calls_over_the_sockets() {
     let stats = Arc::new(PluginStats::default());
     let (sd_tx, sd) = tokio::sync::watch::channel(false);
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let server = tokio::spawn(vgpu_dra::server::serve(d.clone(), stats.clone(), sd, move |p| {
-        let _ = ready_tx.send(p.to_owned());
-    }));
-    let dra_sock = tokio::time::timeout(Duration::from_secs(10), ready_rx).await.unwrap().unwrap();
+    let server = tokio::spawn(vgpu_dra::server::serve(
+        d.clone(),
+        stats.clone(),
+        sd,
+        move |p| {
+            let _ = ready_tx.send(p.to_owned());
+        },
+    ));
+    let dra_sock = tokio::time::timeout(Duration::from_secs(10), ready_rx)
+        .await
+        .unwrap()
+        .unwrap();
     let cfg = config(t.path());
     assert_eq!(dra_sock, cfg.dra_socket());
     let reg_sock = t.path().join("plugins_registry/vgpu.io-reg.sock");
     assert!(reg_sock.exists());
 
     // Registration, as the kubelet's plugin watcher does it.
-    let rc = vgpu_node::plugin::uds_channel(reg_sock.clone()).await.unwrap();
-    let info: reg::PluginInfo = call(&rc, "/pluginregistration.Registration/GetInfo", reg::InfoRequest {}).await;
+    let rc = vgpu_node::plugin::uds_channel(reg_sock.clone())
+        .await
+        .unwrap();
+    let info: reg::PluginInfo = call(
+        &rc,
+        "/pluginregistration.Registration/GetInfo",
+        reg::InfoRequest {},
+    )
+    .await;
     assert_eq!(info.r#type, "DRAPlugin");
     assert_eq!(info.name, DRIVER);
     assert_eq!(PathBuf::from(&info.endpoint), cfg.dra_socket());
     assert!(Path::new(&info.endpoint).is_absolute());
-    assert_eq!(info.supported_versions, ["v1.DRAPlugin", "v1beta1.DRAPlugin"]);
+    assert_eq!(
+        info.supported_versions,
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    );
     let _: reg::RegistrationStatusResponse = call(
         &rc,
         "/pluginregistration.Registration/NotifyRegistrationStatus",
-        reg::RegistrationStatus { plugin_registered: true, error: String::new() },
+        reg::RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        },
     )
     .await;
     assert!(stats.registered.load(std::sync::atomic::Ordering::SeqCst));
 
     // Two requests, each its own container: two budgets on gpu-0.
     let p = pod(&api, "p1", "c1", &[("a", &["ra"]), ("b", &["rb"])]);
-    let c1 = claim(&api, "c1", &[("ra", "s-a", "8000Mi", "30"), ("rb/small", "s-b", "2Gi", "100")], &[&p]);
-    let ch = vgpu_node::plugin::uds_channel(dra_sock.clone()).await.unwrap();
-    let req = v1::NodePrepareResourcesRequest { claims: vec![claim_ref(&c1)] };
+    let c1 = claim(
+        &api,
+        "c1",
+        &[
+            ("ra", "s-a", "8000Mi", "30"),
+            ("rb/small", "s-b", "2Gi", "100"),
+        ],
+        &[&p],
+    );
+    let ch = vgpu_node::plugin::uds_channel(dra_sock.clone())
+        .await
+        .unwrap();
+    let req = v1::NodePrepareResourcesRequest {
+        claims: vec![claim_ref(&c1)],
+    };
     let r1: v1::NodePrepareResourcesResponse = call(&ch, PREPARE, req.clone()).await;
     let u = uid(&c1);
     let got = &r1.claims[&u];
     assert_eq!(got.error, "");
-    let devs: Vec<(Vec<String>, &str, &str, Vec<String>, Option<&str>)> = got
+    type Dev<'a> = (Vec<String>, &'a str, &'a str, Vec<String>, Option<&'a str>);
+    let devs: Vec<Dev> = got
         .devices
         .iter()
-        .map(|d| (d.request_names.clone(), d.pool_name.as_str(), d.device_name.as_str(), d.cdi_device_ids.clone(), d.share_id.as_deref()))
+        .map(|d| {
+            (
+                d.request_names.clone(),
+                d.pool_name.as_str(),
+                d.device_name.as_str(),
+                d.cdi_device_ids.clone(),
+                d.share_id.as_deref(),
+            )
+        })
         .collect();
     assert_eq!(
         devs,
         [
-            (vec!["ra".to_string()], NODE, "gpu-0", vec![format!("vgpu.io/claim={u}-gpu-0-s-a")], Some("s-a")),
-            (vec!["rb".to_string()], NODE, "gpu-0", vec![format!("vgpu.io/claim={u}-gpu-0-s-b")], Some("s-b")),
+            (
+                vec!["ra".to_string()],
+                NODE,
+                "gpu-0",
+                vec![format!("vgpu.io/claim={u}-gpu-0-s-a")],
+                Some("s-a")
+            ),
+            (
+                vec!["rb".to_string()],
+                NODE,
+                "gpu-0",
+                vec![format!("vgpu.io/claim={u}-gpu-0-s-b")],
+                Some("s-b")
+            ),
         ]
     );
     // Prepare again: the same answer, from the checkpoint.
@@ -228,26 +293,64 @@ async fn kubelet_calls_over_the_sockets() {
     let ka = format!("dra_{u}_gpu-0_s-a");
     let kb = format!("dra_{u}_gpu-0_s-b");
     let la = std::fs::read_to_string(l.limits_file(&ka)).unwrap();
-    assert_eq!(la, format!("vgpu-limits 1\ndevice {UUID0} memory={} sm=30\n", 8000u64 << 20));
+    assert_eq!(
+        la,
+        format!(
+            "vgpu-limits 1\ndevice {UUID0} memory={} sm=30\n",
+            8000u64 << 20
+        )
+    );
     let lb = std::fs::read_to_string(l.limits_file(&kb)).unwrap();
-    assert_eq!(lb, format!("vgpu-limits 1\ndevice {UUID0} memory={}\n", 2u64 << 30));
+    assert_eq!(
+        lb,
+        format!("vgpu-limits 1\ndevice {UUID0} memory={}\n", 2u64 << 30)
+    );
     use std::os::unix::fs::PermissionsExt;
     // As the device plugin's: only root writes it, and it is mounted read-only.
-    assert_eq!(std::fs::metadata(l.limits_file(&ka)).unwrap().permissions().mode() & 0o022, 0);
+    assert_eq!(
+        std::fs::metadata(l.limits_file(&ka))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o022,
+        0
+    );
     assert!(l.region_dir(&ka).is_dir() && l.region_dir(&kb).is_dir());
     let spec_path = cfg.cdi_dir.join(format!("vgpu.io-claim_{u}.json"));
-    let spec = vgpu_dra::cdi::Spec::parse(&std::fs::read_to_string(&spec_path).unwrap()).unwrap();
+    let text = std::fs::read_to_string(&spec_path).unwrap();
+    // A spec removed under a prepared claim comes back, the same, on the
+    // kubelet's next prepare.
+    std::fs::remove_file(&spec_path).unwrap();
+    let r3: v1::NodePrepareResourcesResponse = call(&ch, PREPARE, req.clone()).await;
+    assert_eq!(r1, r3);
+    assert_eq!(std::fs::read_to_string(&spec_path).unwrap(), text);
+    let spec = vgpu_dra::cdi::Spec::parse(&text).unwrap();
     assert_eq!(spec.kind, "vgpu.io/claim");
     let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, [format!("{u}-gpu-0-s-a"), format!("{u}-gpu-0-s-b")]);
     let ea = &spec.devices[0].container_edits;
-    for want in ["CUDA_DEVICE_MEMORY_LIMIT_0=8000m", "CUDA_DEVICE_SM_LIMIT=30", &format!("NVIDIA_VISIBLE_DEVICES={UUID0}")] {
+    for want in [
+        "CUDA_DEVICE_MEMORY_LIMIT_0=8000m",
+        "CUDA_DEVICE_SM_LIMIT=30",
+        &format!("NVIDIA_VISIBLE_DEVICES={UUID0}"),
+    ] {
         assert!(ea.env.iter().any(|e| e == want), "{want} in {:?}", ea.env);
     }
-    let mount = |cp: &str| ea.mounts.iter().find(|m| m.container_path == cp).unwrap_or_else(|| panic!("{cp}"));
-    assert_eq!(mount("/etc/vgpu").host_path, l.limits_dir(&ka).display().to_string());
+    let mount = |cp: &str| {
+        ea.mounts
+            .iter()
+            .find(|m| m.container_path == cp)
+            .unwrap_or_else(|| panic!("{cp}"))
+    };
+    assert_eq!(
+        mount("/etc/vgpu").host_path,
+        l.limits_dir(&ka).display().to_string()
+    );
     assert_eq!(mount("/etc/vgpu").options[0], "ro");
-    assert_eq!(mount("/tmp/vgpu").host_path, l.region_dir(&ka).display().to_string());
+    assert_eq!(
+        mount("/tmp/vgpu").host_path,
+        l.region_dir(&ka).display().to_string()
+    );
     assert_eq!(mount("/tmp/vgpu").options[0], "rw");
     mount("/etc/ld.so.preload");
     mount(&l.container_core_lib().display().to_string());
@@ -263,41 +366,78 @@ async fn kubelet_calls_over_the_sockets() {
         &ch,
         "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources",
         v1beta1::NodePrepareResourcesRequest {
-            claims: vec![v1beta1::Claim { namespace: "default".into(), uid: u.clone(), name: "c1".into() }],
+            claims: vec![v1beta1::Claim {
+                namespace: "default".into(),
+                uid: u.clone(),
+                name: "c1".into(),
+            }],
         },
     )
     .await;
-    assert_eq!(rb.claims[&u].devices[0].cdi_device_ids, got.devices[0].cdi_device_ids);
+    assert_eq!(
+        rb.claims[&u].devices[0].cdi_device_ids,
+        got.devices[0].cdi_device_ids
+    );
 
     // One container naming both requests: refused, files untouched.
     let p2 = pod(&api, "p2", "c2", &[("both", &[""])]);
-    let c2 = claim(&api, "c2", &[("ra", "s-c", "1Gi", "10"), ("rb", "s-d", "1Gi", "10")], &[&p2]);
-    let r: v1::NodePrepareResourcesResponse =
-        call(&ch, PREPARE, v1::NodePrepareResourcesRequest { claims: vec![claim_ref(&c2)] }).await;
+    let c2 = claim(
+        &api,
+        "c2",
+        &[("ra", "s-c", "1Gi", "10"), ("rb", "s-d", "1Gi", "10")],
+        &[&p2],
+    );
+    let r: v1::NodePrepareResourcesResponse = call(
+        &ch,
+        PREPARE,
+        v1::NodePrepareResourcesRequest {
+            claims: vec![claim_ref(&c2)],
+        },
+    )
+    .await;
     let e = &r.claims[&uid(&c2)].error;
     assert!(e.contains("give each container its own request"), "{e}");
-    assert!(!cfg.cdi_dir.join(format!("vgpu.io-claim_{}.json", uid(&c2))).exists());
+    assert!(!cfg
+        .cdi_dir
+        .join(format!("vgpu.io-claim_{}.json", uid(&c2)))
+        .exists());
 
     // Over the GPU with what is prepared: refused (cores 30 + 80 > 100).
     let p3 = pod(&api, "p3", "c3", &[("m", &[])]);
     let c3 = claim(&api, "c3", &[("r", "s-e", "1Gi", "80")], &[&p3]);
-    let r: v1::NodePrepareResourcesResponse =
-        call(&ch, PREPARE, v1::NodePrepareResourcesRequest { claims: vec![claim_ref(&c3)] }).await;
+    let r: v1::NodePrepareResourcesResponse = call(
+        &ch,
+        PREPARE,
+        v1::NodePrepareResourcesRequest {
+            claims: vec![claim_ref(&c3)],
+        },
+    )
+    .await;
     let e = &r.claims[&uid(&c3)].error;
     assert!(e.contains("would exceed") && e.contains("cores 110"), "{e}");
 
     // A UID that is not the claim's now.
     let mut wrong = claim_ref(&c3);
     wrong.uid = "00000000-0000-4000-8000-000000000000".into();
-    let r: v1::NodePrepareResourcesResponse =
-        call(&ch, PREPARE, v1::NodePrepareResourcesRequest { claims: vec![wrong] }).await;
-    assert!(r.claims["00000000-0000-4000-8000-000000000000"].error.contains("replaced"));
+    let r: v1::NodePrepareResourcesResponse = call(
+        &ch,
+        PREPARE,
+        v1::NodePrepareResourcesRequest {
+            claims: vec![wrong],
+        },
+    )
+    .await;
+    assert!(r.claims["00000000-0000-4000-8000-000000000000"]
+        .error
+        .contains("replaced"));
 
     // Unprepare: everything goes; an unknown claim is fine.
     let r: v1::NodeUnprepareResourcesResponse = call(
         &ch,
         UNPREPARE,
-        v1::NodeUnprepareResourcesRequest { claims: vec![claim_ref(&c1), claim_ref(&c3)] },
+        v1::NodeUnprepareResourcesRequest {
+            claims: vec![claim_ref(&c1), claim_ref(&c3)],
+        },
     )
     .await;
     assert_eq!(r.claims.len(), 2);
@@ -307,23 +447,53 @@ async fn kubelet_calls_over_the_sockets() {
     assert!(d.checkpoint().await.claims.is_empty());
 
     sd_tx.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
-    assert!(!reg_sock.exists() && !dra_sock.exists(), "sockets removed at shutdown");
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        !reg_sock.exists() && !dra_sock.exists(),
+        "sockets removed at shutdown"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slice_is_published_and_recreated() {
     let api = ApiFixture::start();
     node(&api);
+    let now = Arc::new(std::sync::Mutex::new(gpus()));
+    let seen = now.clone();
     let p = vgpu_dra::publisher::Publisher {
         client: api.client(),
         driver: DRIVER.into(),
         node: NODE.into(),
-        gpus: Box::new(gpus),
+        gpus: Box::new(move || seen.lock().unwrap().clone()),
         period: Duration::from_secs(60),
     };
-    assert_eq!(p.reconcile().await.unwrap(), vgpu_dra::publisher::Reconciled::Written(1));
-    assert_eq!(p.reconcile().await.unwrap(), vgpu_dra::publisher::Reconciled::Unchanged);
+    assert_eq!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Written(1)
+    );
+    assert_eq!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Unchanged
+    );
+    // A GPU added: the next generation of the pool.
+    now.lock().unwrap().push(GpuFacts {
+        index: 1,
+        uuid: "GPU-9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f".into(),
+        ..gpus()[0].clone()
+    });
+    assert_eq!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Written(2)
+    );
+    now.lock().unwrap().pop();
+    assert_eq!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Written(3)
+    );
     let s: ResourceSlice = api.get("", "node-a-vgpu.io").unwrap();
     let v = serde_json::to_value(&s).unwrap();
     assert_eq!(v["spec"]["driver"], DRIVER);
@@ -332,8 +502,26 @@ async fn the_slice_is_published_and_recreated() {
     assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Node");
     let node_uid = api.get::<Node>("", NODE).unwrap().metadata.uid.unwrap();
     assert_eq!(v["metadata"]["ownerReferences"][0]["uid"], node_uid);
-    assert_eq!(v["spec"]["devices"][0]["capacity"]["memory"]["value"], "81920Mi");
+    assert_eq!(
+        v["spec"]["devices"][0]["capacity"]["memory"]["value"],
+        "81920Mi"
+    );
     assert_eq!(v["spec"]["devices"][0]["allowMultipleAllocations"], true);
+
+    // An API server with DRAConsumableCapacity off keeps the slice without
+    // the sharing fields: an error that says so, never "published".
+    api.set_consumable_capacity(false);
+    now.lock().unwrap()[0].memory_total = 40 << 30;
+    let e = p.reconcile().await.unwrap_err();
+    assert!(e.contains("dropped consumable-capacity fields"), "{e}");
+    assert!(e.contains("DRAConsumableCapacity"), "{e}");
+    let e = p.reconcile().await.unwrap_err();
+    assert!(e.contains("dropped consumable-capacity fields"), "{e}");
+    api.set_consumable_capacity(true);
+    assert!(matches!(
+        p.reconcile().await.unwrap(),
+        vgpu_dra::publisher::Reconciled::Written(_)
+    ));
 
     // Run it; delete the slice (the kubelet does at its start): it returns.
     let (tx, sd) = tokio::sync::watch::channel(false);
@@ -345,11 +533,17 @@ async fn the_slice_is_published_and_recreated() {
         if api.get::<ResourceSlice>("", "node-a-vgpu.io").is_some() {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "slice not recreated");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "slice not recreated"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tx.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// The child half of `a_driver_killed_mid_prepare_recovers`: prepares one
@@ -369,7 +563,11 @@ fn crash_child() {
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
         let d = open(Path::new(&dir), client);
         let r = d
-            .prepare(&[ClaimRef { namespace: "default".into(), uid: u, name: "c1".into() }])
+            .prepare(&[ClaimRef {
+                namespace: "default".into(),
+                uid: u,
+                name: "c1".into(),
+            }])
             .await;
         println!("prepared without crashing: {r:?}");
     });
@@ -400,25 +598,42 @@ async fn a_driver_killed_mid_prepare_recovers() {
         // The half state the dead process left.
         let ck = vgpu_dra::driver::load_checkpoint(&cfg.checkpoint()).unwrap();
         assert_eq!(ck.claims[&u].state, ClaimState::PrepareStarted, "{step}");
-        assert_eq!(cfg.alloc.layout.limits_file(&key).exists(), step != "checkpoint-started", "{step}");
+        assert_eq!(
+            cfg.alloc.layout.limits_file(&key).exists(),
+            step != "checkpoint-started",
+            "{step}"
+        );
         assert_eq!(spec.exists(), step == "cdi-written", "{step}");
         // A new driver undoes it ...
         let d = open(t.path(), api.client());
         assert!(d.checkpoint().await.claims.is_empty(), "{step}");
-        assert!(!spec.exists() && !cfg.alloc.layout.limits_dir(&key).exists(), "{step}");
+        assert!(
+            !spec.exists() && !cfg.alloc.layout.limits_dir(&key).exists(),
+            "{step}"
+        );
         assert!(!cfg.alloc.layout.region_dir(&key).exists(), "{step}");
         // ... and the kubelet's retry prepares it whole.
         let r = d
-            .prepare(&[ClaimRef { namespace: "default".into(), uid: u.clone(), name: "c1".into() }])
+            .prepare(&[ClaimRef {
+                namespace: "default".into(),
+                uid: u.clone(),
+                name: "c1".into(),
+            }])
             .await;
         let devs = r[&u].as_ref().unwrap();
-        assert_eq!(devs[0].cdi_device_ids, [format!("vgpu.io/claim={u}-gpu-0-s1")]);
+        assert_eq!(
+            devs[0].cdi_device_ids,
+            [format!("vgpu.io/claim={u}-gpu-0-s1")]
+        );
         assert!(spec.exists() && cfg.alloc.layout.limits_file(&key).exists());
         // A restart after a completed prepare keeps it (and its files).
         std::fs::remove_file(&spec).unwrap();
         drop(d);
         let d = open(t.path(), api.client());
-        assert_eq!(d.checkpoint().await.claims[&u].state, ClaimState::PrepareCompleted);
+        assert_eq!(
+            d.checkpoint().await.claims[&u].state,
+            ClaimState::PrepareCompleted
+        );
         assert!(spec.exists(), "{step}: the CDI spec is rewritten at start");
     }
 }
@@ -426,11 +641,18 @@ async fn a_driver_killed_mid_prepare_recovers() {
 #[test]
 fn generated_code_matches_the_vendored_protos() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fnv = |d: &[u8]| d.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100000001b3));
+    let fnv = |d: &[u8]| {
+        d.iter().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+        })
+    };
     let pairs: BTreeMap<&str, &str> = BTreeMap::from([
         ("proto/dra/v1/api.proto", "src/proto/dra_v1.rs"),
         ("proto/dra/v1beta1/api.proto", "src/proto/dra_v1beta1.rs"),
-        ("proto/pluginregistration/v1/api.proto", "src/proto/pluginregistration.rs"),
+        (
+            "proto/pluginregistration/v1/api.proto",
+            "src/proto/pluginregistration.rs",
+        ),
     ]);
     for (proto, rs) in pairs {
         let h = fnv(&std::fs::read(root.join(proto)).unwrap());

@@ -299,6 +299,14 @@ impl ApiFixture {
         self.store().resource_version()
     }
 
+    /// Plays an API server with the `DRAConsumableCapacity` feature gate off
+    /// (`false`) or on (the default): while off, ResourceSlice writes lose
+    /// `allowMultipleAllocations` and every capacity's `requestPolicy`
+    /// without an error.
+    pub fn set_consumable_capacity(&self, on: bool) {
+        self.store().consumable_capacity_off = !on;
+    }
+
     /// Drops the change history: a watch from an older resourceVersion gets
     /// 410 Gone.
     pub fn compact(&self) {

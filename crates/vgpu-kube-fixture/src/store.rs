@@ -212,6 +212,29 @@ pub struct Store {
     pub(crate) requests: Vec<RequestRecord>,
     pub(crate) faults: Vec<Fault>,
     pub(crate) warnings: Vec<String>,
+    /// The `DRAConsumableCapacity` feature gate is off: ResourceSlice writes
+    /// lose `allowMultipleAllocations` and every capacity's
+    /// `requestPolicy`, silently, as the API server's field dropping does.
+    pub(crate) consumable_capacity_off: bool,
+}
+
+/// What the API server drops from a ResourceSlice with the
+/// `DRAConsumableCapacity` gate off.
+fn drop_consumable_capacity(slice: &mut Value) {
+    let Some(devices) = slice
+        .pointer_mut("/spec/devices")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for d in devices.iter_mut().filter_map(Value::as_object_mut) {
+        d.remove("allowMultipleAllocations");
+        if let Some(caps) = d.get_mut("capacity").and_then(Value::as_object_mut) {
+            for c in caps.values_mut().filter_map(Value::as_object_mut) {
+                c.remove("requestPolicy");
+            }
+        }
+    }
 }
 
 fn object_key(def: &ResourceDef, ns: &str, name: &str) -> String {
@@ -279,6 +302,7 @@ impl Store {
             requests: Vec::new(),
             faults: Vec::new(),
             warnings: Vec::new(),
+            consumable_capacity_off: false,
         }
     }
 
@@ -351,6 +375,10 @@ impl Store {
                 def.kind, def.version, def.kind
             ))
         })?;
+        let mut kept = kept;
+        if self.consumable_capacity_off && def.plural == "resourceslices" {
+            drop_consumable_capacity(&mut kept);
+        }
         if !unknown.is_empty() {
             match fv {
                 FieldValidation::Strict => {

@@ -441,6 +441,24 @@ mod tests {
         assert_eq!(exists(&l, "here_main"), (true, true));
     }
 
+    /// A prepared DRA share's directories belong to the DRA driver (removed
+    /// at unprepare): no pod UID names them and the GC never takes them.
+    #[test]
+    fn a_dra_share_is_never_collected() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Layout::new(t.path());
+        let share = layout::dra_share_key("claim-1", "gpu-0", Some("s1"));
+        dirs(&l, &share, GRACE * 2);
+        let live = LiveProcesses::scan(Path::new("/proc"));
+        let mut gc = CacheGc::default();
+        let t0 = Instant::now();
+        for i in 0..3 {
+            let r = gc.pass(&l, &HashSet::new(), &live, GRACE, t0 + GRACE * i);
+            assert!(r.removed.is_empty() && r.waiting.is_empty(), "{r:?}");
+        }
+        assert_eq!(exists(&l, &share), (true, true));
+    }
+
     #[test]
     fn a_pod_that_comes_back_restarts_the_grace_and_a_fresh_directory_waits() {
         let t = tempfile::tempdir().unwrap();

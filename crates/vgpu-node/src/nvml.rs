@@ -225,8 +225,7 @@ impl Gpus for Nvml {
         let (mut major, mut minor) = (0i32, 0i32);
         // SAFETY: out-pointers to locals; `f` has the nvml.h signature.
         let r = unsafe { f(h, &mut major, &mut minor) };
-        (r == nvmlReturn_t::NVML_SUCCESS && major > 0)
-            .then(|| (major as u32, minor.max(0) as u32))
+        (r == nvmlReturn_t::NVML_SUCCESS && major > 0).then(|| (major as u32, minor.max(0) as u32))
     }
 
     fn driver_version(&self) -> Option<String> {

@@ -412,6 +412,49 @@ pub fn slot_pids(regions: &[ContainerRegion]) -> HashMap<u32, String> {
 mod tests {
     use super::*;
     use std::os::unix::fs::FileExt;
+
+    /// A container that uses a DRA share resolves to the share's region
+    /// key, the share's series are labelled with its first user, and the
+    /// scan finds share directories beside device-plugin ones.
+    #[test]
+    fn dra_shares_map_to_their_containers() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "pod-1"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+            "status": {"containerStatuses": [
+                {"name": "a", "containerID": format!("containerd://{}", "a".repeat(64)), "image": "", "imageID": "", "ready": true, "restartCount": 0},
+                {"name": "b", "containerID": format!("containerd://{}", "b".repeat(64)), "image": "", "imageID": "", "ready": true, "restartCount": 0}
+            ]},
+        }))
+        .unwrap();
+        let share = layout::dra_share_key("claim-1", "gpu-0", Some("s1"));
+        let shares =
+            BTreeMap::from([(share.clone(), vec![("pod-1".to_string(), "a".to_string())])]);
+        let ix = PodIndex::new(&[pod]).with_dra_shares(&shares);
+        let id = |c: &str| CgroupIdentity {
+            pod_uid: Some("pod-1".into()),
+            container_id: c.repeat(64),
+        };
+        assert_eq!(ix.resolve(&id("a")), Some(share.clone()));
+        assert_eq!(
+            ix.resolve(&id("b")),
+            Some(layout::container_key("pod-1", "b"))
+        );
+        assert_eq!(ix.owner_of(&share), Some(("pod-1", "a")));
+        assert_eq!(ix.owner_of("pod-1_b"), Some(("pod-1", "b")));
+        assert_eq!(
+            ix.owner_of(&layout::dra_share_key("gone", "gpu-0", None)),
+            None
+        );
+
+        let t = tempfile::tempdir().unwrap();
+        let l = layout::Layout::new(t.path());
+        for k in [share.as_str(), "pod-1_b", "junk"] {
+            std::fs::create_dir_all(l.region_dir(k)).unwrap();
+        }
+        let keys: Vec<String> = scan_regions(&l).into_iter().map(|r| r.key).collect();
+        assert_eq!(keys, [share, "pod-1_b".to_string()]);
+    }
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
