@@ -641,6 +641,21 @@ func checkLimits(t *testing.T, v containerView, memMiB int64, cores int64) {
 	}
 }
 
+// regionDir is the host directory of the share's region (where
+// CUDA_DEVICE_MEMORY_SHARED_CACHE lives).
+func regionDir(t *testing.T, v containerView) string {
+	t.Helper()
+	c := v.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+	d, ok := toHost(v, filepath.Dir(c))
+	if c == "" || !ok {
+		t.Fatalf("CUDA_DEVICE_MEMORY_SHARED_CACHE=%q: no region mount in %+v", c, v.mounts)
+	}
+	if st, err := os.Stat(d); err != nil || !st.IsDir() {
+		t.Fatalf("region directory %s: %v", d, err)
+	}
+	return d
+}
+
 // deletePods deletes pods and waits for their claims to be gone (the
 // capacity back in the scheduler's hands) and, on the DRA node, their
 // claims unprepared by the kubelet.
@@ -733,8 +748,9 @@ func (e *draEnv) testThreeShares(t *testing.T) {
 	}
 
 	limits, _ := toHost(firstView, "/etc/vgpu/limits")
+	region := regionDir(t, firstView)
 	e.deletePods(t, "share-a")
-	for _, p := range []string{first.specPath, limits} {
+	for _, p := range []string{first.specPath, limits, region} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s after share-a's unprepare: %v (want it removed)", p, err)
 		}
@@ -980,8 +996,9 @@ func (e *draEnv) testCrash(t *testing.T) {
 			v := cdiView(t, spec, sh.cdiID)
 			checkLimits(t, v, 2000, 10)
 			limits, _ := toHost(v, "/etc/vgpu/limits")
+			region := regionDir(t, v)
 			e.deletePods(t, name)
-			for _, f := range []string{sh.specPath, limits} {
+			for _, f := range []string{sh.specPath, limits, region} {
 				if _, err := os.Stat(f); !os.IsNotExist(err) {
 					t.Errorf("%s after unprepare: %v (want it removed)", f, err)
 				}
