@@ -36,64 +36,6 @@ func envOf(o *devicemanager.DeviceRunContainerOptions) map[string]string {
 	return m
 }
 
-// toHost maps a container path to the host through the answered mounts,
-// as a container runtime would.
-func toHost(o *devicemanager.DeviceRunContainerOptions, p string) (string, bool) {
-	best := -1
-	for i, m := range o.Mounts {
-		if (p == m.ContainerPath || strings.HasPrefix(p, m.ContainerPath+"/")) &&
-			(best < 0 || len(m.ContainerPath) > len(o.Mounts[best].ContainerPath)) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return "", false
-	}
-	m := o.Mounts[best]
-	return m.HostPath + p[len(m.ContainerPath):], true
-}
-
-// workerEnv is the container's env on this host: exactly the device
-// manager's answer, container paths mapped through its mounts;
-// /etc/ld.so.preload's library as LD_PRELOAD, the limits file by its env.
-func workerEnv(t *testing.T, o *devicemanager.DeviceRunContainerOptions) []string {
-	t.Helper()
-	var out []string
-	for k, v := range envOf(o) {
-		switch k {
-		case "CUDA_DEVICE_MEMORY_SHARED_CACHE":
-			h, ok := toHost(o, v)
-			if !ok {
-				t.Fatalf("%s=%s is under no mount: %+v", k, v, o.Mounts)
-			}
-			out = append(out, k+"="+h)
-		case "NVIDIA_VISIBLE_DEVICES":
-			out = append(out, "CUDA_VISIBLE_DEVICES="+v)
-		default:
-			out = append(out, k+"="+v)
-		}
-	}
-	preload, ok := toHost(o, "/etc/ld.so.preload")
-	if !ok {
-		t.Fatalf("no /etc/ld.so.preload mount: %+v", o.Mounts)
-	}
-	b, err := os.ReadFile(preload)
-	must(t, err)
-	libs := strings.Fields(string(b))
-	if len(libs) != 1 {
-		t.Fatalf("ld.so.preload names %q", libs)
-	}
-	lib, ok := toHost(o, libs[0])
-	if !ok {
-		t.Fatalf("%s is under no mount", libs[0])
-	}
-	out = append(out, "LD_PRELOAD="+lib)
-	if lim, ok := toHost(o, "/etc/vgpu/limits"); ok {
-		out = append(out, "LIBVGPU_LIMITS_FILE="+lim)
-	}
-	return out
-}
-
 // worker is vgpu-sim-probe on the simulated machine.
 type worker struct {
 	cmd   *exec.Cmd
@@ -309,25 +251,8 @@ func TestChainOnePod(t *testing.T) {
 		}
 	}
 
-	w := startWorker(t, s, workerEnv(t, o),
-		"init", "ctx", "0", "mem-info", "alloc", "1100", "alloc", "600", "alloc", "100", "mem-info", "ready", "wait")
-	w.expect(t, "ready", 60*time.Second)
-	var allocs []string
-	var totals []string
-	for _, l := range w.seen {
-		if strings.HasPrefix(l, "alloc") {
-			allocs = append(allocs, l)
-		}
-		if f := strings.Fields(l); len(f) == 5 && f[0] == "mem" {
-			totals = append(totals, f[4])
-		}
-	}
-	if !reflect.DeepEqual(allocs, []string{"alloc err 2", "alloc ok", "alloc ok"}) {
-		t.Errorf("allocations %q: beyond the 1024 MiB budget CUDA_ERROR_OUT_OF_MEMORY, within it success", allocs)
-	}
-	if len(totals) != 2 || totals[0] != strconv.Itoa(1024*mib) {
-		t.Errorf("cuMemGetInfo totals %q, want the 1024 MiB budget", totals)
-	}
+	env := workerEnv(t, dmView(o))
+	w, held := holdBudget(t, s, env, 1024)
 
 	labels := map[string]string{"namespace": "default", "pod": "chain-a", "container": "main", "device_uuid": uuid}
 	if err := waitFor(30*time.Second, "the pod's series on the node monitor", func() error {
@@ -340,7 +265,7 @@ func TestChainOnePod(t *testing.T) {
 			return fmt.Errorf("hami_vgpu_memory_limit_bytes %v %v in\n%s", lim, ok, grepLines(text, "hami_vgpu_"))
 		}
 		used, ok := metricValue(text, "hami_vgpu_memory_used_bytes", labels)
-		if !ok || used < 700*mib {
+		if !ok || used < float64(held)*mib {
 			return fmt.Errorf("hami_vgpu_memory_used_bytes %v %v", used, ok)
 		}
 		return nil
@@ -360,22 +285,11 @@ func TestChainOnePod(t *testing.T) {
 	if v, ok := metricValue(text, "hami_vgpu_memory_allocated_bytes", map[string]string{"pod": "chain-a", "device_uuid": uuid}); !ok || v != 1024*mib {
 		t.Errorf("scheduler hami_vgpu_memory_allocated_bytes %v %v", v, ok)
 	}
-	_, _ = io.WriteString(w.stdin, "\n")
+	w.release()
 
 	// The SM half: the same container env holds a kernel loop to the
-	// assigned 30 % of the device, against the same loop with no limit
-	// (no interposer) measured in this test.
-	var free []string
-	for _, kv := range workerEnv(t, o) {
-		if !strings.HasPrefix(kv, "LD_PRELOAD=") && !strings.HasPrefix(kv, "CUDA_DEVICE_SM_LIMIT") {
-			free = append(free, kv)
-		}
-	}
-	const windowMs = 6000
-	base := throughput(t, s, free, windowMs)
-	limited := throughput(t, s, workerEnv(t, o), windowMs)
-	share := 100 * limited / base
-	t.Logf("SM share: %.1f %% of the device (%.0f kernels/s limited, %.0f free, %d ms each); assigned 30 %%", share, limited, base, windowMs)
+	// assigned 30 % of the device.
+	share := smShare(t, s, env, 30)
 	// The band of the Rust chain test: measured on a loaded 2-core machine.
 	if share < 15 || share > 45 {
 		t.Errorf("achieved %.1f %% of the device; assigned 30 %%", share)

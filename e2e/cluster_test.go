@@ -392,10 +392,12 @@ func startControlPlane() (*controlPlane, error) {
 	}
 	// The controllers the tests lean on: default ServiceAccounts (the
 	// ServiceAccount admission plugin needs them), namespace deletion and
-	// garbage collection. No node lifecycle: no kubelet heartbeats here.
+	// garbage collection; the resourceclaim controller (a pod's claims from
+	// its ResourceClaimTemplates, their reservations and deletion). No
+	// node lifecycle: no kubelet heartbeats here.
 	kcm, err := startProc(dir, "kube-controller-manager", []string{
 		peer("kube-controller-manager"), "--kubeconfig=" + c.adminKC,
-		"--controllers=serviceaccount-controller,namespace-controller,garbage-collector-controller",
+		"--controllers=serviceaccount-controller,namespace-controller,garbage-collector-controller,resourceclaim-controller",
 		"--leader-elect=false", "--secure-port=0",
 	}, nil)
 	if err != nil {

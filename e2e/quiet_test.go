@@ -31,7 +31,7 @@ func TestQuietAPIUnderSteadyLoad(t *testing.T) {
 	if a.Error != "" {
 		t.Fatal(a.Error)
 	}
-	w := startWorker(t, s, workerEnv(t, a.Containers[0].Options),
+	w := startWorker(t, s, workerEnv(t, dmView(a.Containers[0].Options)),
 		"init", "ctx", "0", "alloc", "1024", "ready", "launch", "200", "264", "80000", "ready", "wait")
 	w.expect(t, "ready", 60*time.Second)
 	// Let the agent see the new process and its memory once.

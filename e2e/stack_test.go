@@ -51,16 +51,20 @@ type stack struct {
 	simDir    string
 	simEnv    []string
 	more      []*gpuNode
+	draArgs   []string // the DaemonSet's vgpu-node args with DRA on (enableDRA)
 }
 
-// gpuNode is one kubelet (its device manager) and its `vgpu node`.
+// gpuNode is one kubelet (its device manager, or for a DRA node its
+// plugin and DRA managers: cmd/drakubelet) and its `vgpu node`.
 type gpuNode struct {
 	s         *stack
 	name      string
 	agentURL  string // the node agent's monitor URL
-	dmURL     string
+	dmURL     string // the kubelet stand-in's HTTP URL
 	dm, agent *proc
 	agentArgs []string
+	dra       *draDirs // nil: a device-plugin node
+	agentRuns int
 }
 
 // withFlags replaces the values of --flag=... entries (clap refuses a flag
@@ -310,10 +314,25 @@ func (s *stack) startNode(name string, devices int, extraAgentArgs ...string) *g
 const devicemanagerDir = "/var/lib/kubelet/device-plugins"
 
 func (n *gpuNode) startAgent() {
-	t := n.s.t
+	n.startAgentEnv(n.s.t)
+}
+
+// startAgentEnv starts `vgpu node` with extra env (a test hook); a DRA
+// node's agent needs no mount namespace (every directory is a flag).
+func (n *gpuNode) startAgentEnv(t *testing.T, env ...string) {
+	t.Helper()
 	argv := append([]string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", n.dmPid()), "--", cargoBin("vgpu")}, n.agentArgs...)
+	if n.dra != nil {
+		argv = append([]string{cargoBin("vgpu")}, n.agentArgs...)
+	}
 	var err error
-	n.agent, err = startProc(filepath.Join(n.s.dir, n.name), "vgpu-node", argv, append([]string{"LD_PRELOAD=", "KUBECONFIG="}, n.s.simEnv...))
+	env = append(append([]string{"LD_PRELOAD=", "KUBECONFIG="}, n.s.simEnv...), env...)
+	// A restarted agent logs to a new file: the last run's log is evidence.
+	name := "vgpu-node"
+	if n.agentRuns++; n.agentRuns > 1 {
+		name = fmt.Sprintf("vgpu-node.%d", n.agentRuns)
+	}
+	n.agent, err = startProc(filepath.Join(n.s.dir, n.name), name, argv, env)
 	must(t, err)
 	u, err := n.agent.waitLine("vgpu node: monitor on ", 60*time.Second)
 	if err != nil {
@@ -378,14 +397,16 @@ func (s *stack) stop() {
 	_ = cp.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "vgpu-vgpu-scheduler-webhook", metav1.DeleteOptions{})
 	zero := int64(0)
 	_ = cp.cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-	_ = cp.cs.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
+	if s.gpuNode != nil {
+		_ = cp.cs.CoreV1().Nodes().Delete(ctx, s.gpuNode.name, metav1.DeleteOptions{})
+	}
 	for _, n := range s.more {
 		_ = cp.cs.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{})
 	}
 	// Every process ran as the chart's ServiceAccount: a call its RBAC
 	// refuses fails the test even where the process only logged it.
 	for _, p := range s.procs() {
-		if p == nil || strings.HasPrefix(p.name, "devicemanager") {
+		if p == nil || strings.HasPrefix(p.name, "devicemanager") || strings.HasPrefix(p.name, "drakubelet") {
 			continue
 		}
 		for _, l := range strings.Split(p.output(), "\n") {

@@ -32,13 +32,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,6 +50,8 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+
+	"vgpu.test/e2e/internal/kubeletnode"
 )
 
 // ContainerResult is one container's DeviceRunContainerOptions.
@@ -171,53 +170,7 @@ func (d *driver) setActive(p *v1.Pod, on bool) {
 }
 
 func (d *driver) registerNode(ctx context.Context, labels string) error {
-	n := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: d.node, Labels: map[string]string{"kubernetes.io/hostname": d.node}},
-		Status: v1.NodeStatus{
-			Capacity:    baseResources(),
-			Allocatable: baseResources(),
-			Conditions: []v1.NodeCondition{{
-				Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
-				Message: "e2e device-manager driver", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-			}},
-		},
-	}
-	for _, kv := range strings.Split(labels, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			n.Labels[k] = v
-		}
-	}
-	_, err := d.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	// The API server's TaintNodesByCondition admission taints a new Node
-	// not-ready; the node lifecycle controller lifts it once the kubelet's
-	// Ready heartbeats arrive. No heartbeats here (and no such controller):
-	// lift it as that controller would for a Ready node.
-	cur, err := d.cs.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	var keep []v1.Taint
-	for _, t := range cur.Spec.Taints {
-		if t.Key != v1.TaintNodeNotReady {
-			keep = append(keep, t)
-		}
-	}
-	if len(keep) != len(cur.Spec.Taints) {
-		cur.Spec.Taints = keep
-		_, err = d.cs.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
-	}
-	return err
-}
-
-func baseResources() v1.ResourceList {
-	return v1.ResourceList{
-		v1.ResourceCPU:    resource.MustParse("16"),
-		v1.ResourceMemory: resource.MustParse("64Gi"),
-		v1.ResourcePods:   resource.MustParse("110"),
-	}
+	return kubeletnode.Register(ctx, d.cs, d.node, labels, "e2e device-manager driver")
 }
 
 // publishCapacity mirrors the kubelet's node status setter for device
