@@ -87,6 +87,12 @@ fn static_unwinder(cc: &str) {
             // tests, the tenant) takes it from the toolchain, ahead of
             // std's -lgcc_s, which --as-needed then drops.
             println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
+            // libgcc.a beside it: the few helpers std and compiler code
+            // still take from libgcc_s (`__udivti3`, the f16 conversions
+            // `__extendhfsf2`/`__truncsfhf2`) come from the archive, so
+            // nothing is left for libgcc_s and --as-needed drops it
+            // (tests/preload/front.rs checks the core's NEEDED list).
+            println!("cargo:rustc-link-lib=static:-bundle=gcc");
         }
         None => println!(
             "cargo:warning=libgcc_eh.a not found via {cc}; libvgpu_core.so will need libgcc_s.so.1"

@@ -411,6 +411,33 @@ static void *fail_of(unsigned i) {
     return libs[i] == 'n' ? (void *)fail_nvml : (void *)fail_cuda;
 }
 
+/* This object's own bounds, from linker-defined hidden symbols (no
+ * relocation: PC-relative). dladdr answered the same questions by
+ * searching symbol tables, some 10,000 instructions a call, twice per
+ * routed dlsym. */
+extern const ElfW(Ehdr) __ehdr_start HIDDEN;
+extern const char _end[] HIDDEN;
+
+static int is_own(const void *p) {
+    return (const char *)p >= (const char *)&__ehdr_start && (const char *)p < _end;
+}
+
+static int own_name_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    /* Linked at 0: the load bias is the ELF header's address. */
+    if (info->dlpi_addr != (ElfW(Addr))&__ehdr_start)
+        return 0;
+    *(const char **)data = info->dlpi_name;
+    return 1;
+}
+
+/* The path the loader opened this object by (the link map's name). */
+static const char *own_path(void) {
+    const char *name = NULL;
+    dl_iterate_phdr(own_name_cb, &name);
+    return name && name[0] ? name : NULL;
+}
+
 /* `dir_of(file)/libvgpu_core.so` into `path`; 0 when it does not fit. */
 static int core_beside(const char *file, char *path, size_t size) {
     size_t n = len(file), cut = 0;
@@ -463,14 +490,14 @@ static const char *whole_elf(const char *path) {
 
 static void load_core(void) {
     dlsym_fn real = (dlsym_fn)vgpu_front_find_dlsym();
-    Dl_info info;
     char path[4096];
     const char *why = "cannot find libvgpu.so's own path";
-    if (real && dladdr((void *)load_core, &info) && info.dli_fname) {
+    const char *self = real ? own_path() : NULL;
+    if (self) {
         /* Beside the path we were loaded by, else beside the file itself
          * (`vgpu run` preloads a symlink when the real path has a space). */
-        int found = core_beside(info.dli_fname, path, sizeof path) && access(path, F_OK) == 0;
-        char *real_path = found ? NULL : realpath(info.dli_fname, NULL);
+        int found = core_beside(self, path, sizeof path) && access(path, F_OK) == 0;
+        char *real_path = found ? NULL : realpath(self, NULL);
         if (real_path) {
             char again[4096];
             if (core_beside(real_path, again, sizeof again) && access(again, F_OK) == 0) {
@@ -480,7 +507,7 @@ static void load_core(void) {
             }
             free(real_path);
         }
-        if (found || core_beside(info.dli_fname, path, sizeof path)) {
+        if (found || core_beside(self, path, sizeof path)) {
             why = whole_elf(path);
             if (!why) {
                 core = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
@@ -560,8 +587,7 @@ static void *route(const char *name, void *found) {
     if (!cuda && !nvml)
         return found;
     /* Our own export (a lookup in the global scope): nothing to route. */
-    Dl_info a, b;
-    if (dladdr(found, &a) && dladdr((void *)vgpu_front_dlsym, &b) && a.dli_fbase == b.dli_fbase)
+    if (is_own(found))
         return found;
     pthread_once(&once, load_core);
     if (core_route)

@@ -200,3 +200,39 @@ fn the_core_is_found_beside_the_real_file_of_a_symlinked_front() {
     assert_eq!(f.get("rc").map(String::as_str), Some("0"), "{f:?} {err}");
     assert!(!err.contains("cannot load the interposer"), "{err}");
 }
+
+/// The core's `DT_NEEDED` entries, from `readelf -d` (binutils comes with
+/// the C compiler the suite needs anyway).
+fn needed(lib: &std::path::Path) -> Vec<String> {
+    let out = std::process::Command::new("readelf")
+        .arg("-d")
+        .arg(lib)
+        .output()
+        .expect("readelf runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| l.split('[').nth(1)?.split(']').next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_core_needs_nothing_beyond_glibc() {
+    // Every extra library is mapped and relocated in each process at its
+    // first CUDA call; libgcc_s also runs a constructor whose cpuid
+    // instructions trap in a VM. Its unwinder and helpers are linked in
+    // statically (build.rs). libm is glibc's own (a workspace build links
+    // it where a feature-unified dependency does floating-point math).
+    let libs = needed(&core());
+    assert!(libs.iter().any(|l| l == "libc.so.6"), "{libs:?}");
+    for l in &libs {
+        assert!(
+            l == "libc.so.6" || l == "libm.so.6" || l.starts_with("ld-linux"),
+            "libvgpu_core.so needs {l}: {libs:?}"
+        );
+    }
+    // The front likewise needs libc alone.
+    let front = vgpu_sim::locate_artifact("libvgpu.so").unwrap();
+    assert_eq!(needed(&front), ["libc.so.6"]);
+}
