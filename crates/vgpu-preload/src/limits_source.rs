@@ -239,11 +239,7 @@ pub fn locate(cfg: &Config) -> Option<(PathBuf, bool)> {
 /// means the last good limits or a zero budget, and `LIBVGPU_LIMITS_FILE`
 /// (the tenant's own environment) is not consulted.
 pub fn required(cfg: &Config) -> bool {
-    cfg.limits_default
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .and_then(|d| std::fs::symlink_metadata(d).ok())
-        .is_some_and(|m| m.is_dir())
+    limits::default_dir_present(&cfg.limits_default)
 }
 
 impl LimitsSource {

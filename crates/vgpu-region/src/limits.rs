@@ -961,6 +961,20 @@ pub fn locate_with(default: &Path, env: Option<&OsStr>) -> Option<(PathBuf, Sour
         .map(|v| (PathBuf::from(v), Source::Env))
 }
 
+/// Whether the directory of `default` (the operator's limits path) is a
+/// directory, not followed through a symlink: the deployment's sign that
+/// the limits file is required. One `lstat` (std's metadata first probes
+/// `statx` with a null path in every process).
+pub fn default_dir_present(default: &Path) -> bool {
+    default
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .and_then(|d| rustix::fs::lstat(d).ok())
+        .is_some_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+        })
+}
+
 /// The host-side limits file of the region at `region` (the `vgpu limit`
 /// rule): with the region in `D`, `D/../../limits/<name of D>/limits` when
 /// D's parent is named `containers` (the node agent's layout), else

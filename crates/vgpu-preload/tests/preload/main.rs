@@ -2,9 +2,9 @@
 //! Two stay their own binaries: `limiter` (timing bands: it pairs only with
 //! itself) and `identity` (its workers re-execute that binary by test
 //! name).
+mod cli;
 #[path = "../common/mod.rs"]
 mod common;
-mod cli;
 mod dead_views;
 mod fork;
 mod front;

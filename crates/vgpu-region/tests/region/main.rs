@@ -1,9 +1,9 @@
 //! The shared region's tests, one test binary with a module per subject
 //! (the loom models stay their own binaries: they build only under
 //! `--cfg loom`).
+mod basic;
 #[path = "../common/mod.rs"]
 mod common;
-mod basic;
 mod faults;
 mod format;
 mod hostile;

@@ -1,7 +1,7 @@
 //! The scheduler's tests, one test binary with a module per subject (one
 //! link against the Kubernetes crates instead of seven).
-mod common;
 mod api;
+mod common;
 mod decide;
 mod fit_table;
 mod hami_formats;
