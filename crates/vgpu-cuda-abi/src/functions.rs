@@ -7,8 +7,8 @@
 //! it needs from the same entries: [`interposer_functions!`] is what the
 //! interposer resolves into its real-function table (a slot per entry, a
 //! typed getter, the hook exports tied to it), [`client_functions!`] what
-//! only the simulator's probes, the node agent, the benches and the test
-//! clients call. Each entry is `cuda fn name(arg: Type, ...) -> Ret;` or
+//! only the simulator's exports, its probe, the node agent, the benches and
+//! the test clients call or define. Each entry is `cuda fn name(arg: Type, ...) -> Ret;` or
 //! `nvml fn ...`, with types named bare (`c_uint`, `CUresult`): the caller
 //! brings `std::ffi::*` and this crate's types into scope.
 //!
@@ -172,9 +172,11 @@ macro_rules! interposer_functions {
     };
 }
 
-/// The entries only other users call (the simulator's probe, the node
-/// agent's NVML loader, the benches, test clients); same form as
-/// [`interposer_functions!`].
+/// The entries only other users call or export (the simulator's probe,
+/// the node agent's NVML loader, the benches, test clients, and every
+/// other export of the simulated `libcuda.so.1` / `libnvidia-ml.so.1`,
+/// whose `cu!`/`nv!` macros tie each export to its `sig` type at compile
+/// time); same form as [`interposer_functions!`].
 #[macro_export]
 macro_rules! client_functions {
     ($callback:ident) => {
@@ -196,6 +198,197 @@ macro_rules! client_functions {
             nvml fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> nvmlReturn_t;
             nvml fn nvmlDeviceGetCudaComputeCapability(device: nvmlDevice_t, major: *mut c_int, minor: *mut c_int) -> nvmlReturn_t;
             nvml fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> nvmlReturn_t;
+
+            // --- simulated too: contexts, modules, streams, events, launches, graphs
+            cuda fn cuDriverGetVersion(v: *mut c_int) -> CUresult;
+            cuda fn cuGetErrorName(e: CUresult, ps: *mut *const c_char) -> CUresult;
+            cuda fn cuGetErrorString(e: CUresult, ps: *mut *const c_char) -> CUresult;
+            cuda fn cuDeviceGetPCIBusId(buf: *mut c_char, len: c_int, dev: CUdevice) -> CUresult;
+            cuda fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult;
+            cuda fn cuMemPoolSetAccess(pool: CUmemoryPool, map: *const CUmemAccessDesc, count: usize) -> CUresult;
+            cuda fn cuMemPoolGetAccess(flags: *mut c_uint, pool: CUmemoryPool, location: *mut CUmemLocation) -> CUresult;
+            cuda fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) -> CUresult;
+            cuda fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult;
+            cuda fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) -> CUresult;
+            cuda fn cuCtxDestroy(ctx: CUcontext) -> CUresult;
+            cuda fn cuCtxPushCurrent(ctx: CUcontext) -> CUresult;
+            cuda fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult;
+            cuda fn cuCtxPopCurrent(pctx: *mut CUcontext) -> CUresult;
+            cuda fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult;
+            cuda fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult;
+            cuda fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult;
+            cuda fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult;
+            cuda fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> CUresult;
+            cuda fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> CUresult;
+            cuda fn cuMemFreeHost(ptr: *mut c_void) -> CUresult;
+            cuda fn cuMemHostRegister_v2(ptr: *mut c_void, size: usize, flags: c_uint) -> CUresult;
+            cuda fn cuMemHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> CUresult;
+            cuda fn cuMemHostUnregister(ptr: *mut c_void) -> CUresult;
+            cuda fn cuMemGetAllocationGranularity(gran: *mut usize, prop: *const CUmemAllocationProp, option: c_uint) -> CUresult;
+            cuda fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, _addr: CUdeviceptr, flags: u64) -> CUresult;
+            cuda fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult;
+            cuda fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count: usize) -> CUresult;
+            cuda fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) -> CUresult;
+            cuda fn cuStreamCreateWithPriority(s: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult;
+            cuda fn cuStreamDestroy(s: CUstream) -> CUresult;
+            cuda fn cuStreamWaitEvent(s: CUstream, e: CUevent, _flags: c_uint) -> CUresult;
+            cuda fn cuStreamWaitEvent_ptsz(s: CUstream, e: CUevent, _flags: c_uint) -> CUresult;
+            cuda fn cuEventRecordWithFlags(e: CUevent, s: CUstream, _flags: c_uint) -> CUresult;
+            cuda fn cuEventRecordWithFlags_ptsz(e: CUevent, s: CUstream, _flags: c_uint) -> CUresult;
+            cuda fn cuEventElapsedTime_v2(ms: *mut f32, a: CUevent, b: CUevent) -> CUresult;
+            cuda fn cuEventDestroy(e: CUevent) -> CUresult;
+            cuda fn cuGraphAddKernelNode(node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, ndeps: usize, params: *const CUDA_KERNEL_NODE_PARAMS_v1) -> CUresult;
+            // --- simulated too: copies, sets, host memory, IPC, pointers
+            cuda fn cuMemcpyHtoD(dst: c_uint, src: *const c_void, n: c_uint) -> CUresult;
+            cuda fn cuMemcpyDtoH(dst: *mut c_void, src: c_uint, n: c_uint) -> CUresult;
+            cuda fn cuMemcpyDtoD(dst: c_uint, src: c_uint, n: c_uint) -> CUresult;
+            cuda fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyHtoDAsync(dst: c_uint, src: *const c_void, n: c_uint, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyDtoHAsync(dst: *mut c_void, src: c_uint, n: c_uint, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyDtoDAsync(dst: c_uint, src: c_uint, n: c_uint, s: CUstream) -> CUresult;
+            cuda fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult;
+            cuda fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult;
+            cuda fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyPeer(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize) -> CUresult;
+            cuda fn cuMemcpyPeer_ptds(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize) -> CUresult;
+            cuda fn cuMemcpyPeerAsync(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpyPeerAsync_ptsz(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D) -> CUresult;
+            cuda fn cuMemcpy2D_v2_ptds(c: *const CUDA_MEMCPY2D) -> CUresult;
+            cuda fn cuMemcpy2DUnaligned_v2(c: *const CUDA_MEMCPY2D) -> CUresult;
+            cuda fn cuMemcpy2DUnaligned_v2_ptds(c: *const CUDA_MEMCPY2D) -> CUresult;
+            cuda fn cuMemcpy2DAsync_v2(c: *const CUDA_MEMCPY2D, s: CUstream) -> CUresult;
+            cuda fn cuMemcpy2DAsync_v2_ptsz(c: *const CUDA_MEMCPY2D, s: CUstream) -> CUresult;
+            cuda fn cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D) -> CUresult;
+            cuda fn cuMemcpy3D_v2_ptds(c: *const CUDA_MEMCPY3D) -> CUresult;
+            cuda fn cuMemcpy3DAsync_v2(c: *const CUDA_MEMCPY3D, s: CUstream) -> CUresult;
+            cuda fn cuMemcpy3DAsync_v2_ptsz(c: *const CUDA_MEMCPY3D, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) -> CUresult;
+            cuda fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, v: u8, n: usize) -> CUresult;
+            cuda fn cuMemsetD8(dst: c_uint, v: u8, n: c_uint) -> CUresult;
+            cuda fn cuMemsetD16_v2(dst: CUdeviceptr, v: u16, n: usize) -> CUresult;
+            cuda fn cuMemsetD16_v2_ptds(dst: CUdeviceptr, v: u16, n: usize) -> CUresult;
+            cuda fn cuMemsetD16(dst: c_uint, v: u16, n: c_uint) -> CUresult;
+            cuda fn cuMemsetD32_v2(dst: CUdeviceptr, v: c_uint, n: usize) -> CUresult;
+            cuda fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, v: c_uint, n: usize) -> CUresult;
+            cuda fn cuMemsetD32(dst: c_uint, v: c_uint, n: c_uint) -> CUresult;
+            cuda fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD16Async(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD16Async_ptsz(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD32Async(dst: CUdeviceptr, v: c_uint, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, v: c_uint, n: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, rows: usize) -> CUresult;
+            cuda fn cuMemsetD2D8_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, rows: usize) -> CUresult;
+            cuda fn cuMemsetD2D16_v2(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, rows: usize) -> CUresult;
+            cuda fn cuMemsetD2D16_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, rows: usize) -> CUresult;
+            cuda fn cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, v: c_uint, w: usize, rows: usize) -> CUresult;
+            cuda fn cuMemsetD2D32_v2_ptds(dst: CUdeviceptr, pitch: usize, v: c_uint, w: usize, rows: usize) -> CUresult;
+            cuda fn cuMemsetD2D8Async(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, rows: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD2D8Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, rows: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD2D16Async(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, rows: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD2D16Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, rows: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD2D32Async(dst: CUdeviceptr, pitch: usize, v: c_uint, w: usize, rows: usize, s: CUstream) -> CUresult;
+            cuda fn cuMemsetD2D32Async_ptsz(dst: CUdeviceptr, pitch: usize, v: c_uint, w: usize, rows: usize, s: CUstream) -> CUresult;
+            cuda fn cuPointerGetAttribute(data: *mut c_void, attr: CUpointer_attribute, ptr: CUdeviceptr) -> CUresult;
+            cuda fn cuPointerGetAttributes(n: c_uint, attrs: *mut CUpointer_attribute, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult;
+            cuda fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, ptr: CUdeviceptr) -> CUresult;
+            cuda fn cuMemHostGetDevicePointer_v2(dptr: *mut CUdeviceptr, host: *mut c_void, flags: c_uint) -> CUresult;
+            cuda fn cuIpcOpenMemHandle_v2(dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult;
+            cuda fn cuIpcOpenMemHandle(dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult;
+            cuda fn cuIpcCloseMemHandle(ptr: CUdeviceptr) -> CUresult;
+            cuda fn cuIpcGetEventHandle(handle: *mut CUipcEventHandle, e: CUevent) -> CUresult;
+            cuda fn cuIpcOpenEventHandle(e: *mut CUevent, handle: CUipcEventHandle) -> CUresult;
+            // --- simulated too: versions, errors, device and function queries
+            cuda fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult;
+            cuda fn cuStreamGetPriority(s: CUstream, prio: *mut c_int) -> CUresult;
+            cuda fn cuStreamGetPriority_ptsz(s: CUstream, prio: *mut c_int) -> CUresult;
+            cuda fn cuStreamGetFlags(s: CUstream, flags: *mut c_uint) -> CUresult;
+            cuda fn cuStreamGetFlags_ptsz(s: CUstream, flags: *mut c_uint) -> CUresult;
+            cuda fn cuStreamGetCtx(s: CUstream, ctx: *mut CUcontext) -> CUresult;
+            cuda fn cuStreamGetCtx_ptsz(s: CUstream, ctx: *mut CUcontext) -> CUresult;
+            cuda fn cuStreamGetCtx_v2(s: CUstream, ctx: *mut CUcontext, green: *mut CUgreenCtx) -> CUresult;
+            cuda fn cuStreamGetCtx_v2_ptsz(s: CUstream, ctx: *mut CUcontext, green: *mut CUgreenCtx) -> CUresult;
+            cuda fn cuStreamGetDevice(s: CUstream, dev: *mut CUdevice) -> CUresult;
+            cuda fn cuStreamGetDevice_ptsz(s: CUstream, dev: *mut CUdevice) -> CUresult;
+            cuda fn cuStreamGetId(s: CUstream, id: *mut u64) -> CUresult;
+            cuda fn cuStreamGetId_ptsz(s: CUstream, id: *mut u64) -> CUresult;
+            cuda fn cuCtxGetLimit(v: *mut usize, limit: CUlimit) -> CUresult;
+            cuda fn cuCtxSetLimit(limit: CUlimit, v: usize) -> CUresult;
+            cuda fn cuCtxGetCacheConfig(cfg: *mut CUfunc_cache) -> CUresult;
+            cuda fn cuCtxSetCacheConfig(cfg: CUfunc_cache) -> CUresult;
+            cuda fn cuCtxGetSharedMemConfig(cfg: *mut c_uint) -> CUresult;
+            cuda fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, peer: CUdevice) -> CUresult;
+            cuda fn cuDeviceGetP2PAttribute(v: *mut c_int, attr: CUdevice_P2PAttribute, src: CUdevice, dst: CUdevice) -> CUresult;
+            cuda fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> CUresult;
+            cuda fn cuCtxDisablePeerAccess(peer: CUcontext) -> CUresult;
+            cuda fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, id: *const c_char) -> CUresult;
+            cuda fn cuFuncGetAttribute(v: *mut c_int, attr: CUfunction_attribute, f: CUfunction) -> CUresult;
+            cuda fn cuFuncSetAttribute(f: CUfunction, attr: CUfunction_attribute, v: c_int) -> CUresult;
+            cuda fn cuFuncSetCacheConfig(f: CUfunction, cfg: CUfunc_cache) -> CUresult;
+            cuda fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult;
+            cuda fn cuOccupancyMaxActiveBlocksPerMultiprocessor(n: *mut c_int, f: CUfunction, block: c_int, smem: usize) -> CUresult;
+            cuda fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n: *mut c_int, f: CUfunction, block: c_int, smem: usize, flags: c_uint) -> CUresult;
+            cuda fn cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, nopts: c_uint, opts: *mut c_uint, vals: *mut *mut c_void) -> CUresult;
+            cuda fn cuModuleLoadFatBinary(module: *mut CUmodule, fat: *const c_void) -> CUresult;
+            cuda fn cuLinkCreate(n: c_uint, opts: *mut c_uint, vals: *mut *mut c_void, state: *mut CUlinkState) -> CUresult;
+            cuda fn cuLinkCreate_v2(n: c_uint, opts: *mut c_uint, vals: *mut *mut c_void, state: *mut CUlinkState) -> CUresult;
+            cuda fn cuLinkAddData(state: CUlinkState, ty: CUjitInputType, data: *mut c_void, size: usize, name: *const c_char, n: c_uint, opts: *mut c_uint, vals: *mut *mut c_void) -> CUresult;
+            cuda fn cuLinkAddData_v2(state: CUlinkState, ty: CUjitInputType, data: *mut c_void, size: usize, name: *const c_char, n: c_uint, opts: *mut c_uint, vals: *mut *mut c_void) -> CUresult;
+            cuda fn cuLinkAddFile(state: CUlinkState, ty: CUjitInputType, path: *const c_char, n: c_uint, opts: *mut c_uint, vals: *mut *mut c_void) -> CUresult;
+            cuda fn cuLinkAddFile_v2(state: CUlinkState, ty: CUjitInputType, path: *const c_char, n: c_uint, opts: *mut c_uint, vals: *mut *mut c_void) -> CUresult;
+            cuda fn cuLinkComplete(state: CUlinkState, cubin: *mut *mut c_void, size: *mut usize) -> CUresult;
+            cuda fn cuLinkDestroy(state: CUlinkState) -> CUresult;
+            cuda fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
+            cuda fn cuGraphAddMemFreeNode(node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, dptr: CUdeviceptr) -> CUresult;
+            cuda fn cuDeviceSetGraphMemAttribute(dev: CUdevice, attr: CUgraphMem_attribute, v: *mut c_void) -> CUresult;
+            // --- simulated too: NVML queries
+            nvml fn nvmlInit() -> nvmlReturn_t;
+            nvml fn nvmlInitWithFlags(flags: c_uint) -> nvmlReturn_t;
+            nvml fn nvmlSystemGetNVMLVersion(buf: *mut c_char, len: c_uint) -> nvmlReturn_t;
+            nvml fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) -> nvmlReturn_t;
+            nvml fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPciInfo(h: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPciInfo_v2(h: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetRunningProcessDetailList(h: nvmlDevice_t, plist: *mut nvmlProcessDetailList_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetClockInfo(h: nvmlDevice_t, ty: nvmlClockType_t, clk: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetMaxClockInfo(h: nvmlDevice_t, ty: nvmlClockType_t, clk: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetComputeMode(h: nvmlDevice_t, mode: *mut nvmlComputeMode_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetDisplayActive(h: nvmlDevice_t, active: *mut nvmlEnableState_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetDisplayMode(h: nvmlDevice_t, mode: *mut nvmlEnableState_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetDriverModel(h: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetDriverModel_v2(h: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPerformanceState(h: nvmlDevice_t, p: *mut nvmlPstates_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPersistenceMode(h: nvmlDevice_t, mode: *mut nvmlEnableState_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetEnforcedPowerLimit(h: nvmlDevice_t, mw: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPowerManagementLimit(h: nvmlDevice_t, mw: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPowerManagementDefaultLimit(h: nvmlDevice_t, mw: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPowerManagementLimitConstraints(h: nvmlDevice_t, min: *mut c_uint, max: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPowerUsage(h: nvmlDevice_t, mw: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetFanSpeed(h: nvmlDevice_t, speed: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetTemperature(h: nvmlDevice_t, sensor: nvmlTemperatureSensors_t, t: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetTemperatureV(h: nvmlDevice_t, t: *mut nvmlTemperature_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetTotalEccErrors(h: nvmlDevice_t, ty: nvmlMemoryErrorType_t, counter: nvmlEccCounterType_t, n: *mut u64) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetEncoderUtilization(h: nvmlDevice_t, u: *mut c_uint, period_us: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetDecoderUtilization(h: nvmlDevice_t, u: *mut c_uint, period_us: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetMigMode(h: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceIsMigDeviceHandle(h: nvmlDevice_t, is_mig: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetMaxMigDeviceCount(h: nvmlDevice_t, n: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetMigDeviceHandleByIndex(h: nvmlDevice_t, index: c_uint, mig: *mut nvmlDevice_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetBAR1MemoryInfo(h: nvmlDevice_t, bar1: *mut nvmlBAR1Memory_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetConfComputeMemSizeInfo(h: nvmlDevice_t, info: *mut nvmlConfComputeMemSizeInfo_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetSerial(h: nvmlDevice_t, buf: *mut c_char, len: c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetMinorNumber(h: nvmlDevice_t, n: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetPcieThroughput(h: nvmlDevice_t, counter: nvmlPcieUtilCounter_t, kib_s: *mut c_uint) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetFieldValues(h: nvmlDevice_t, n: c_int, values: *mut nvmlFieldValue_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetHandleByPciBusId(id: *const c_char, h: *mut nvmlDevice_t) -> nvmlReturn_t;
+            nvml fn nvmlDeviceGetHandleByPciBusId_v2(id: *const c_char, h: *mut nvmlDevice_t) -> nvmlReturn_t;
         }
     };
 }
@@ -267,9 +460,10 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_results_match_the_library() {
-        let mut seen = std::collections::HashSet::new();
-        for s in signatures() {
-            assert!(seen.insert(s.name), "duplicate {}", s.name);
+        let all: Vec<&Signature> = signatures().collect();
+        let names: std::collections::BTreeSet<&str> = all.iter().map(|s| s.name).collect();
+        assert_eq!(names.len(), all.len(), "an entry is listed twice");
+        for s in all {
             let (prefix, ret) = match s.lib {
                 "cuda" => ("cu", "CUresult"),
                 "nvml" => ("nvml", "nvmlReturn_t"),

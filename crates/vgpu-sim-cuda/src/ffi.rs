@@ -37,6 +37,10 @@ macro_rules! cu {
             pub unsafe extern "C" fn $name($($a: $t),*) -> CUresult {
                 run(stringify!($name), move || -> R { $body })
             }
+            // The export has the C type the workspace's one list gives
+            // it (checked against NVIDIA's headers): a wrong parameter
+            // type, or an export missing from the list, fails the build.
+            const _: vgpu_cuda_abi::sig::$name = $name;
         )*
     };
 }
@@ -321,27 +325,6 @@ unsafe fn error_str(e: CUresult, ps: *mut *const c_char, name: bool) -> R {
     // SAFETY: `ps` is non-null and valid for a write per the contract.
     unsafe { out(ps, s.unwrap_or(std::ptr::null())) }?;
     hit.map(|_| ()).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
-}
-
-/// Local v1 descriptor layouts (32-bit sizes), for the legacy exports.
-#[repr(C)]
-#[derive(Copy, Clone)]
-pub struct ArrayDescV1 {
-    pub Width: c_uint,
-    pub Height: c_uint,
-    pub Format: c_uint,
-    pub NumChannels: c_uint,
-}
-
-#[repr(C)]
-#[derive(Copy, Clone)]
-pub struct Array3DDescV1 {
-    pub Width: c_uint,
-    pub Height: c_uint,
-    pub Depth: c_uint,
-    pub Format: c_uint,
-    pub NumChannels: c_uint,
-    pub Flags: c_uint,
 }
 
 fn array_bytes(w: u64, h: u64, d: u64, format: c_uint, channels: c_uint) -> Option<u64> {
@@ -1035,7 +1018,7 @@ cu! {
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(arr, CUarray(p(id))) }
     }
-    fn cuArrayCreate(arr: *mut CUarray, desc: *const ArrayDescV1) {
+    fn cuArrayCreate(arr: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) {
         // SAFETY: in-struct from the caller; null is rejected.
         let d = unsafe { inp(desc) }?;
         if arr.is_null() {
@@ -1057,7 +1040,7 @@ cu! {
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(arr, CUarray(p(id))) }
     }
-    fn cuArray3DCreate(arr: *mut CUarray, desc: *const Array3DDescV1) {
+    fn cuArray3DCreate(arr: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) {
         // SAFETY: in-struct from the caller; null is rejected.
         let d = unsafe { inp(desc) }?;
         if arr.is_null() {

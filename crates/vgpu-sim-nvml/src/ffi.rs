@@ -40,6 +40,10 @@ macro_rules! nv {
             pub unsafe extern "C" fn $name($($a: $t),*) -> nvmlReturn_t {
                 run(stringify!($name), move || -> R { $body })
             }
+            // The export has the C type the workspace's one list gives
+            // it (checked against NVIDIA's headers): a wrong parameter
+            // type, or an export missing from the list, fails the build.
+            const _: vgpu_cuda_abi::sig::$name = $name;
         )*
     };
 }

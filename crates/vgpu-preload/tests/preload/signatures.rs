@@ -41,6 +41,8 @@ fn c_type(t: &str) -> String {
         "c_uint" | "u32" => "unsigned int",
         "c_int" | "i32" => "int",
         "c_char" => "char",
+        "u8" => "unsigned char",
+        "u16" => "unsigned short",
         "c_void" => "void",
         "usize" => "size_t",
         "u64" => "unsigned long long",
@@ -245,27 +247,13 @@ fn hand_typed(src: &str) -> Vec<(usize, String)> {
     out
 }
 
-fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rust_sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
 #[test]
 fn no_cuda_or_nvml_function_type_is_typed_outside_the_list() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let abi = root.join("crates/vgpu-cuda-abi");
     let mut files = Vec::new();
     for dir in ["crates", "fuzz"] {
-        rust_sources(&root.join(dir), &mut files);
+        super::layers::sources(&root.join(dir), &mut files);
     }
     assert!(files.len() > 100, "only {} sources found", files.len());
     let mut found = Vec::new();
