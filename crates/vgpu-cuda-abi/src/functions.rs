@@ -394,6 +394,33 @@ macro_rules! client_functions {
     };
 }
 
+/// Exports C functions of the list, each guarded: `guard(name, body)`
+/// runs the body (a closure returning `result`) and turns its error or
+/// panic into the `returns` code, so no panic unwinds into C; and each
+/// export is tied at compile time to its entry's type (`sig::<name>`): a
+/// wrong parameter type, or an export missing from the list, fails the
+/// build. The simulator's `libcuda.so.1` and `libnvidia-ml.so.1` export
+/// through it.
+///
+/// ```text
+/// guarded_exports! { guard: run, returns: CUresult, result: R;
+///     fn cuInit(flags: c_uint) { driver::init(flags) }
+/// }
+/// ```
+#[macro_export]
+macro_rules! guarded_exports {
+    (guard: $guard:path, returns: $ret:ty, result: $result:ty;
+     $( fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block )*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+                $guard(stringify!($name), move || -> $result { $body })
+            }
+            const _: $crate::sig::$name = $name;
+        )*
+    };
+}
+
 /// One entry as the list spells it, for the header check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Signature {
