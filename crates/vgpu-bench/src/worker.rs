@@ -298,14 +298,16 @@ fn run_inner(a: &WorkerArgs) -> Result<i32, String> {
 
 mod ffi {
     //! dlopen/dlsym of the CUDA driver and the calls through its pointers.
-    use std::ffi::{c_int, c_uint, c_void};
+    use std::ffi::{c_uint, c_void};
+
+    use vgpu_cuda_abi::{sig, CUcontext, CUdevice};
 
     use super::{Resolve, Then};
 
-    type CuInit = unsafe extern "C" fn(c_uint) -> c_uint;
-    type CuDeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_uint;
-    type CuCtxCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> c_uint;
-    type CuMemAlloc = unsafe extern "C" fn(*mut u64, usize) -> c_uint;
+    type CuInit = sig::cuInit;
+    type CuDeviceGet = sig::cuDeviceGet;
+    type CuCtxCreate = sig::cuCtxCreate_v2;
+    type CuMemAlloc = sig::cuMemAlloc_v2;
 
     pub struct Api {
         init: CuInit,
@@ -361,7 +363,7 @@ mod ffi {
 
         pub fn cu_init(&self) -> c_uint {
             // SAFETY: a driver entry point with the declared signature; flags 0.
-            unsafe { (self.init)(0) }
+            unsafe { (self.init)(0) }.0
         }
 
         /// The `--then` calls; the first non-zero CUresult, or 0.
@@ -372,22 +374,22 @@ mod ffi {
             let (Some(dg), Some(cc)) = (self.device_get, self.ctx_create) else {
                 return 0;
             };
-            let mut dev: c_int = 0;
+            let mut dev: CUdevice = 0;
             // SAFETY: valid out-pointer; ordinal 0.
-            let r = unsafe { dg(&mut dev, 0) };
+            let r = unsafe { dg(&mut dev, 0) }.0;
             if r != 0 {
                 return r;
             }
-            let mut ctx: *mut c_void = std::ptr::null_mut();
+            let mut ctx = CUcontext::NULL;
             // SAFETY: valid out-pointer, flags 0, a device the driver returned.
-            let r = unsafe { cc(&mut ctx, 0, dev) };
+            let r = unsafe { cc(&mut ctx, 0, dev) }.0;
             if r != 0 {
                 return r;
             }
             if let Some(ma) = self.mem_alloc {
                 let mut p: u64 = 0;
                 // SAFETY: valid out-pointer; the context just created is current.
-                return unsafe { ma(&mut p, 1 << 20) };
+                return unsafe { ma(&mut p, 1 << 20) }.0;
             }
             0
         }

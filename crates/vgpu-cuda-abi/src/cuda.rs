@@ -120,7 +120,8 @@ handles!(
     CUmemoryPool,
     CUgraph,
     CUgraphNode,
-    CUgraphExec
+    CUgraphExec,
+    CUgreenCtx
 );
 
 /// `CUmemGenericAllocationHandle` is an `unsigned long long`, not a pointer.

@@ -11,10 +11,12 @@
 
 pub mod cuda;
 pub mod cuda_data;
+pub mod functions;
 pub mod nvml;
 pub mod nvml_device;
 
 pub use cuda::*;
 pub use cuda_data::*;
+pub use functions::{sig, signatures, Signature};
 pub use nvml::*;
 pub use nvml_device::*;

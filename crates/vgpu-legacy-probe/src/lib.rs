@@ -16,17 +16,13 @@
 //!   `pid locked_ns unlocked_ns new_pid` (CLOCK_MONOTONIC), for tests.
 //!
 //! The whole crate is FFI: every function is called from C or calls C.
-use std::ffi::{c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_uint, c_void, CStr, CString};
 use std::sync::Once;
 
-use vgpu_cuda_abi::{nvmlProcessInfo_t, CUresult};
+use vgpu_cuda_abi::{nvmlDevice_t, nvmlProcessInfo_t, sig, CUcontext, CUresult};
 
-type CuInit = unsafe extern "C" fn(c_uint) -> CUresult;
-type CuRetain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult;
-type CuRelease = unsafe extern "C" fn(c_int) -> CUresult;
-type NvmlInit = unsafe extern "C" fn() -> c_uint;
-type NvmlHandle = unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_uint;
-type NvmlProcs = unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut nvmlProcessInfo_t) -> c_uint;
+/// nvmlDeviceGetComputeRunningProcesses_v3 or its _v2 (same C type).
+type NvmlProcs = sig::nvmlDeviceGetComputeRunningProcesses_v3;
 
 static PROBE: Once = Once::new();
 
@@ -74,7 +70,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
         return CUresult::CUDA_ERROR_NOT_INITIALIZED;
     }
     // SAFETY: the driver's cuInit has this signature.
-    let real: CuInit = unsafe { std::mem::transmute::<*mut c_void, CuInit>(real) };
+    let real = unsafe { std::mem::transmute::<*mut c_void, sig::cuInit>(real) };
     // SAFETY: forwarding the caller's argument to the real driver.
     let r = unsafe { real(flags) };
     if r.is_success() {
@@ -82,6 +78,9 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     }
     r
 }
+
+// The export has the list's type of the driver's cuInit.
+const _: sig::cuInit = cuInit;
 
 fn lock_path() -> CString {
     let p = std::env::var("VGPU_LEGACY_PROBE_LOCK")
@@ -98,7 +97,7 @@ fn lock_path() -> CString {
 }
 
 struct Nvml {
-    handle: *mut c_void,
+    handle: nvmlDevice_t,
     procs: NvmlProcs,
 }
 
@@ -122,14 +121,14 @@ fn nvml() -> Option<Nvml> {
     // nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned*, nvmlProcessInfo_t*).
     let (init, get, procs) = unsafe {
         (
-            std::mem::transmute::<*mut c_void, NvmlInit>(init),
-            std::mem::transmute::<*mut c_void, NvmlHandle>(get),
+            std::mem::transmute::<*mut c_void, sig::nvmlInit_v2>(init),
+            std::mem::transmute::<*mut c_void, sig::nvmlDeviceGetHandleByIndex_v2>(get),
             std::mem::transmute::<*mut c_void, NvmlProcs>(procs),
         )
     };
-    let mut dev: *mut c_void = std::ptr::null_mut();
+    let mut dev = nvmlDevice_t(std::ptr::null_mut());
     // SAFETY: valid out-pointer; functions resolved above.
-    if unsafe { init() } != 0 || unsafe { get(0, &mut dev) } != 0 {
+    if unsafe { init() }.0 != 0 || unsafe { get(0, &mut dev) }.0 != 0 {
         return None;
     }
     Some(Nvml { handle: dev, procs })
@@ -140,7 +139,7 @@ fn snapshot(n: &Nvml) -> Vec<u32> {
     let mut count = buf.len() as c_uint;
     // SAFETY: buffer of `count` elements; device handle from NVML.
     let r = unsafe { (n.procs)(n.handle, &mut count, buf.as_mut_ptr()) };
-    if r != 0 {
+    if r.0 != 0 {
         return Vec::new();
     }
     buf.iter().take(count as usize).map(|p| p.pid).collect()
@@ -175,12 +174,12 @@ fn probe() {
             // SAFETY: cuda.h signatures of the two primary-context calls.
             let (retain, release) = unsafe {
                 (
-                    std::mem::transmute::<*mut c_void, CuRetain>(retain),
-                    std::mem::transmute::<*mut c_void, CuRelease>(release),
+                    std::mem::transmute::<*mut c_void, sig::cuDevicePrimaryCtxRetain>(retain),
+                    std::mem::transmute::<*mut c_void, sig::cuDevicePrimaryCtxRelease_v2>(release),
                 )
             };
             let before = snapshot(&n);
-            let mut ctx: *mut c_void = std::ptr::null_mut();
+            let mut ctx = CUcontext::NULL;
             // SAFETY: valid out-pointer, device 0 (cuInit succeeded).
             let r = unsafe { retain(&mut ctx, 0) };
             let after = snapshot(&n);

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use libloading::Library;
 use vgpu_cuda_abi::nvml::*;
+use vgpu_cuda_abi::sig;
 
 /// One physical GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,39 +91,22 @@ pub trait Gpus: Send + Sync {
     }
 }
 
-type FnInit = unsafe extern "C" fn() -> nvmlReturn_t;
-type FnCount = unsafe extern "C" fn(*mut c_uint) -> nvmlReturn_t;
-type FnHandle = unsafe extern "C" fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
-type FnStr = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-type FnMem = unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;
-type FnPci = unsafe extern "C" fn(nvmlDevice_t, *mut nvmlPciInfo_t) -> nvmlReturn_t;
-type FnProcs =
-    unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-type FnUtil = unsafe extern "C" fn(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t;
-type FnCc = unsafe extern "C" fn(nvmlDevice_t, *mut i32, *mut i32) -> nvmlReturn_t;
-type FnDriverVersion = unsafe extern "C" fn(*mut c_char, c_uint) -> nvmlReturn_t;
-type FnPUtil = unsafe extern "C" fn(
-    nvmlDevice_t,
-    *mut nvmlProcessUtilizationSample_t,
-    *mut c_uint,
-    u64,
-) -> nvmlReturn_t;
-
+/// The entry points, typed by the workspace's one signature list.
 struct Entry {
-    init: FnInit,
-    shutdown: FnInit,
-    count: FnCount,
-    handle: FnHandle,
-    uuid: FnStr,
-    name: FnStr,
-    memory: FnMem,
-    pci: FnPci,
-    procs: FnProcs,
-    util: FnUtil,
-    putil: FnPUtil,
+    init: sig::nvmlInit_v2,
+    shutdown: sig::nvmlShutdown,
+    count: sig::nvmlDeviceGetCount_v2,
+    handle: sig::nvmlDeviceGetHandleByIndex_v2,
+    uuid: sig::nvmlDeviceGetUUID,
+    name: sig::nvmlDeviceGetName,
+    memory: sig::nvmlDeviceGetMemoryInfo,
+    pci: sig::nvmlDeviceGetPciInfo_v3,
+    procs: sig::nvmlDeviceGetComputeRunningProcesses_v3,
+    util: sig::nvmlDeviceGetUtilizationRates,
+    putil: sig::nvmlDeviceGetProcessUtilization,
     // Optional: only the DRA slice's attributes use them.
-    cc: Option<FnCc>,
-    driver_version: Option<FnDriverVersion>,
+    cc: Option<sig::nvmlDeviceGetCudaComputeCapability>,
+    driver_version: Option<sig::nvmlSystemGetDriverVersion>,
 }
 
 /// NVML, initialized once for the agent's life.
@@ -160,28 +144,35 @@ impl Nvml {
         // SAFETY: loading NVML runs its constructors, which depend on no
         // state of ours.
         let lib = unsafe { Library::new(&name) }.map_err(|e| NvmlError::Load(e.to_string()))?;
-        fn sym<T: Copy>(lib: &Library, n: &[u8]) -> Result<T, NvmlError> {
-            // SAFETY: every caller names an nvml.h entry point and gives
-            // its exact C signature as `T`; the library outlives the copy
-            // (it is dropped after the entries, see `Nvml`).
-            unsafe { lib.get::<T>(n).map(|s| *s) }.map_err(|e| NvmlError::Load(e.to_string()))
+        /// The entry point `name`, typed as the list types it.
+        macro_rules! sym {
+            ($name:ident) => {
+                // SAFETY: `sig::$name` is the C type of the symbol of that
+                // name (the list is checked against nvml.h); the library
+                // outlives the copy (it is dropped after the entries, see
+                // `Nvml`).
+                unsafe { lib.get::<sig::$name>(stringify!($name).as_bytes()) }
+                    .map(|s| *s)
+                    .map_err(|e| NvmlError::Load(e.to_string()))
+            };
         }
-        let procs = sym::<FnProcs>(&lib, b"nvmlDeviceGetComputeRunningProcesses_v3")
-            .or_else(|_| sym::<FnProcs>(&lib, b"nvmlDeviceGetComputeRunningProcesses_v2"))?;
+        // Same C type: v3's nvmlProcessInfo_t is v2's struct.
+        let procs = sym!(nvmlDeviceGetComputeRunningProcesses_v3)
+            .or_else(|_| sym!(nvmlDeviceGetComputeRunningProcesses_v2))?;
         let entry = Entry {
-            init: sym(&lib, b"nvmlInit_v2")?,
-            shutdown: sym(&lib, b"nvmlShutdown")?,
-            count: sym(&lib, b"nvmlDeviceGetCount_v2")?,
-            handle: sym(&lib, b"nvmlDeviceGetHandleByIndex_v2")?,
-            uuid: sym(&lib, b"nvmlDeviceGetUUID")?,
-            name: sym(&lib, b"nvmlDeviceGetName")?,
-            memory: sym(&lib, b"nvmlDeviceGetMemoryInfo")?,
-            pci: sym(&lib, b"nvmlDeviceGetPciInfo_v3")?,
+            init: sym!(nvmlInit_v2)?,
+            shutdown: sym!(nvmlShutdown)?,
+            count: sym!(nvmlDeviceGetCount_v2)?,
+            handle: sym!(nvmlDeviceGetHandleByIndex_v2)?,
+            uuid: sym!(nvmlDeviceGetUUID)?,
+            name: sym!(nvmlDeviceGetName)?,
+            memory: sym!(nvmlDeviceGetMemoryInfo)?,
+            pci: sym!(nvmlDeviceGetPciInfo_v3)?,
             procs,
-            util: sym(&lib, b"nvmlDeviceGetUtilizationRates")?,
-            putil: sym(&lib, b"nvmlDeviceGetProcessUtilization")?,
-            cc: sym(&lib, b"nvmlDeviceGetCudaComputeCapability").ok(),
-            driver_version: sym(&lib, b"nvmlSystemGetDriverVersion").ok(),
+            util: sym!(nvmlDeviceGetUtilizationRates)?,
+            putil: sym!(nvmlDeviceGetProcessUtilization)?,
+            cc: sym!(nvmlDeviceGetCudaComputeCapability).ok(),
+            driver_version: sym!(nvmlSystemGetDriverVersion).ok(),
         };
         // SAFETY: nvmlInit_v2 takes no arguments.
         check("nvmlInit_v2", unsafe { (entry.init)() })?;
@@ -201,7 +192,12 @@ impl Nvml {
         Ok(h)
     }
 
-    fn string(&self, f: FnStr, call: &'static str, h: nvmlDevice_t) -> Result<String, NvmlError> {
+    fn string(
+        &self,
+        f: sig::nvmlDeviceGetUUID,
+        call: &'static str,
+        h: nvmlDevice_t,
+    ) -> Result<String, NvmlError> {
         let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
         // SAFETY: a local buffer and its true length.
         check(call, unsafe { f(h, buf.as_mut_ptr(), buf.len() as c_uint) })?;

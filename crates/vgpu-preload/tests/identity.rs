@@ -10,7 +10,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_void, CStr};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -18,23 +18,35 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use vgpu_cuda_abi::{sig, CUcontext, CUfunction, CUmodule, CUresult, CUstream};
 use vgpu_region::{Region, SlotSnapshot, Snapshot};
 
 // ------------------------------------------------------------ worker side
 
-type CUresult = c_uint;
 type Ptr = *mut c_void;
 
 fn sym<F: Copy>(h: Ptr, name: &CStr) -> F {
     // SAFETY: valid handle and NUL-terminated name.
     let p = unsafe { libc::dlsym(h, name.as_ptr()) };
     assert!(!p.is_null(), "{name:?} not found");
-    // SAFETY: each call site names the C type (cuda.h) of the symbol.
+    // SAFETY: `sym!` asks for `sig::<name>`, the list's C type of the
+    // symbol (checked against cuda.h).
     unsafe { std::mem::transmute_copy::<Ptr, F>(&p) }
 }
 
+/// The driver function `name`, typed as the workspace's one list types it.
+macro_rules! sym {
+    ($h:expr, $name:ident) => {
+        sym::<sig::$name>(
+            $h,
+            CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes())
+                .expect("a symbol name"),
+        )
+    };
+}
+
 fn check(what: &str, r: CUresult) {
-    assert_eq!(r, 0, "{what} returned CUresult {r}");
+    assert_eq!(r.0, 0, "{what} returned CUresult {}", r.0);
 }
 
 fn say(kv: &[(&str, String)]) {
@@ -57,30 +69,14 @@ fn worker_entry() {
     // SAFETY: NUL-terminated name, valid flags; the library stays loaded.
     let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     assert!(!h.is_null(), "dlopen libcuda.so.1");
-    let init: unsafe extern "C" fn(c_uint) -> CUresult = sym(h, c"cuInit");
-    let retain: unsafe extern "C" fn(*mut Ptr, c_int) -> CUresult =
-        sym(h, c"cuDevicePrimaryCtxRetain");
-    let set_current: unsafe extern "C" fn(Ptr) -> CUresult = sym(h, c"cuCtxSetCurrent");
-    let load: unsafe extern "C" fn(*mut Ptr, *const c_void) -> CUresult =
-        sym(h, c"cuModuleLoadData");
-    let get_fn: unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> CUresult =
-        sym(h, c"cuModuleGetFunction");
-    #[allow(clippy::type_complexity)]
-    let launch: unsafe extern "C" fn(
-        Ptr,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        Ptr,
-        *mut Ptr,
-        *mut Ptr,
-    ) -> CUresult = sym(h, c"cuLaunchKernel");
-    let sync: unsafe extern "C" fn() -> CUresult = sym(h, c"cuCtxSynchronize");
-    let mut func: Ptr = std::ptr::null_mut();
+    let init = sym!(h, cuInit);
+    let retain = sym!(h, cuDevicePrimaryCtxRetain);
+    let set_current = sym!(h, cuCtxSetCurrent);
+    let load = sym!(h, cuModuleLoadData);
+    let get_fn = sym!(h, cuModuleGetFunction);
+    let launch = sym!(h, cuLaunchKernel);
+    let sync = sym!(h, cuCtxSynchronize);
+    let mut func = CUfunction::NULL;
     let mut launches = 0;
     let mut stdin = std::io::stdin().lock();
     for step in steps.split(',') {
@@ -88,13 +84,13 @@ fn worker_entry() {
             // SAFETY: the driver's cuInit with flags 0.
             "init" => check("cuInit", unsafe { init(0) }),
             "ctx" => {
-                let mut ctx: Ptr = std::ptr::null_mut();
+                let mut ctx = CUcontext::NULL;
                 // SAFETY: valid out-pointer, device 0 exists on the sim.
                 check("cuDevicePrimaryCtxRetain", unsafe { retain(&mut ctx, 0) });
                 // SAFETY: the context just retained.
                 check("cuCtxSetCurrent", unsafe { set_current(ctx) });
                 let image = c"vgpu-sim-kernel name=busy block_us=5";
-                let mut m: Ptr = std::ptr::null_mut();
+                let mut m = CUmodule::NULL;
                 // SAFETY: valid out-pointer and a NUL-terminated image.
                 check("cuModuleLoadData", unsafe {
                     load(&mut m, image.as_ptr().cast())
@@ -118,7 +114,7 @@ fn worker_entry() {
                         1,
                         1,
                         0,
-                        std::ptr::null_mut(),
+                        CUstream::NULL,
                         std::ptr::null_mut(),
                         std::ptr::null_mut(),
                     )

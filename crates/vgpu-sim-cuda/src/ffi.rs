@@ -30,14 +30,10 @@ fn run(name: &str, f: impl FnOnce() -> R) -> CUresult {
     }
 }
 
+/// Guarded exports of the list's entries (`vgpu_cuda_abi::guarded_exports!`).
 macro_rules! cu {
-    ($( fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block )*) => {
-        $(
-            #[no_mangle]
-            pub unsafe extern "C" fn $name($($a: $t),*) -> CUresult {
-                run(stringify!($name), move || -> R { $body })
-            }
-        )*
+    ($($t:tt)*) => {
+        vgpu_cuda_abi::guarded_exports! { guard: run, returns: CUresult, result: R; $($t)* }
     };
 }
 
@@ -321,27 +317,6 @@ unsafe fn error_str(e: CUresult, ps: *mut *const c_char, name: bool) -> R {
     // SAFETY: `ps` is non-null and valid for a write per the contract.
     unsafe { out(ps, s.unwrap_or(std::ptr::null())) }?;
     hit.map(|_| ()).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
-}
-
-/// Local v1 descriptor layouts (32-bit sizes), for the legacy exports.
-#[repr(C)]
-#[derive(Copy, Clone)]
-pub struct ArrayDescV1 {
-    pub Width: c_uint,
-    pub Height: c_uint,
-    pub Format: c_uint,
-    pub NumChannels: c_uint,
-}
-
-#[repr(C)]
-#[derive(Copy, Clone)]
-pub struct Array3DDescV1 {
-    pub Width: c_uint,
-    pub Height: c_uint,
-    pub Depth: c_uint,
-    pub Format: c_uint,
-    pub NumChannels: c_uint,
-    pub Flags: c_uint,
 }
 
 fn array_bytes(w: u64, h: u64, d: u64, format: c_uint, channels: c_uint) -> Option<u64> {
@@ -1035,7 +1010,7 @@ cu! {
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(arr, CUarray(p(id))) }
     }
-    fn cuArrayCreate(arr: *mut CUarray, desc: *const ArrayDescV1) {
+    fn cuArrayCreate(arr: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) {
         // SAFETY: in-struct from the caller; null is rejected.
         let d = unsafe { inp(desc) }?;
         if arr.is_null() {
@@ -1057,7 +1032,7 @@ cu! {
         // SAFETY: non-null out-pointer from the caller.
         unsafe { out(arr, CUarray(p(id))) }
     }
-    fn cuArray3DCreate(arr: *mut CUarray, desc: *const Array3DDescV1) {
+    fn cuArray3DCreate(arr: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) {
         // SAFETY: in-struct from the caller; null is rejected.
         let d = unsafe { inp(desc) }?;
         if arr.is_null() {

@@ -33,14 +33,10 @@ fn run(name: &str, f: impl FnOnce() -> R) -> nvmlReturn_t {
     }
 }
 
+/// Guarded exports of the list's entries (`vgpu_cuda_abi::guarded_exports!`).
 macro_rules! nv {
-    ($( fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block )*) => {
-        $(
-            #[no_mangle]
-            pub unsafe extern "C" fn $name($($a: $t),*) -> nvmlReturn_t {
-                run(stringify!($name), move || -> R { $body })
-            }
-        )*
+    ($($t:tt)*) => {
+        vgpu_cuda_abi::guarded_exports! { guard: run, returns: nvmlReturn_t, result: R; $($t)* }
     };
 }
 

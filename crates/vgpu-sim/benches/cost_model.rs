@@ -84,7 +84,6 @@ fn snapshot(name: &str, opts: SimOptions) {
 
 mod ffi {
     //! In-process calls into the simulated libcuda (per-call cost).
-    use std::ffi::{c_int, c_uint};
     use std::time::Instant;
 
     use libloading::Library;
@@ -93,22 +92,22 @@ mod ffi {
     pub fn per_call(lib_path: &std::path::Path) {
         // SAFETY: the simulated driver has no constructors.
         let lib = unsafe { Library::new(lib_path) }.expect("dlopen");
-        type Init = unsafe extern "C" fn(c_uint) -> CUresult;
-        type Retain = unsafe extern "C" fn(*mut CUcontext, c_int) -> CUresult;
-        type SetCur = unsafe extern "C" fn(CUcontext) -> CUresult;
-        type Alloc = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult;
-        type Free = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
-        // SAFETY: names and signatures as cuda.h declares them.
-        let (init, retain, set, alloc, free) = unsafe {
-            (
-                lib.get::<Init>(b"cuInit").expect("cuInit"),
-                lib.get::<Retain>(b"cuDevicePrimaryCtxRetain")
-                    .expect("retain"),
-                lib.get::<SetCur>(b"cuCtxSetCurrent").expect("set"),
-                lib.get::<Alloc>(b"cuMemAlloc_v2").expect("alloc"),
-                lib.get::<Free>(b"cuMemFree_v2").expect("free"),
-            )
-        };
+        /// The driver function `name`, typed as the workspace's one list
+        /// (`vgpu_cuda_abi::sig`) types it.
+        macro_rules! sym {
+            ($name:ident) => {
+                // SAFETY: `sig::$name` is the C type of the symbol of that
+                // name (the list is checked against cuda.h).
+                unsafe { lib.get::<sig::$name>(stringify!($name).as_bytes()) }
+                    .expect(stringify!($name))
+            };
+        }
+        let (init, retain, set) = (
+            sym!(cuInit),
+            sym!(cuDevicePrimaryCtxRetain),
+            sym!(cuCtxSetCurrent),
+        );
+        let (alloc, free) = (sym!(cuMemAlloc_v2), sym!(cuMemFree_v2));
         let mut c = CUcontext::NULL;
         // SAFETY: plain calls with local out-pointers.
         unsafe {
@@ -130,30 +129,11 @@ mod ffi {
             "zero: simulated cuMemAlloc_v2 + cuMemFree_v2: {:.0} ns per pair ({n} pairs, in-process)",
             t.elapsed().as_nanos() as f64 / n as f64
         );
-        type Load = unsafe extern "C" fn(*mut CUmodule, *const std::ffi::c_void) -> CUresult;
-        type GetF =
-            unsafe extern "C" fn(*mut CUfunction, CUmodule, *const std::ffi::c_char) -> CUresult;
-        type Launch = unsafe extern "C" fn(
-            CUfunction,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            CUstream,
-            *mut *mut std::ffi::c_void,
-            *mut *mut std::ffi::c_void,
-        ) -> CUresult;
-        // SAFETY: names and signatures as cuda.h declares them.
-        let (load, getf, launch) = unsafe {
-            (
-                lib.get::<Load>(b"cuModuleLoadData").expect("load"),
-                lib.get::<GetF>(b"cuModuleGetFunction").expect("getf"),
-                lib.get::<Launch>(b"cuLaunchKernel").expect("launch"),
-            )
-        };
+        let (load, getf, launch) = (
+            sym!(cuModuleLoadData),
+            sym!(cuModuleGetFunction),
+            sym!(cuLaunchKernel),
+        );
         let mut m = CUmodule::NULL;
         let mut f = CUfunction::NULL;
         // SAFETY: NUL-terminated image and name; local out-pointers.

@@ -4,14 +4,10 @@
 //! gets exactly that symbol's address; every other request is reported not
 //! found with a NULL pointer. No daemon needed: entry-point lookup works
 //! before `cuInit`, as on the real driver.
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_int, c_void, CString};
 
 use libloading::Library;
 use vgpu_cuda_abi::*;
-
-type GetProc =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
-type GetProcV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
 
 fn address(lib: &Library, name: &str) -> Option<*mut c_void> {
     // SAFETY: only the symbol's address is read, never called through here.
@@ -26,7 +22,8 @@ fn every_cudart_request_routes_to_the_export_the_headers_name() {
     // SAFETY: the simulated driver has no library constructors.
     let lib = unsafe { Library::new(&path) }.expect("dlopen");
     // SAFETY: cuGetProcAddress_v2's signature per cuda.h.
-    let gpa = unsafe { lib.get::<GetProc>(b"cuGetProcAddress_v2") }.expect("cuGetProcAddress_v2");
+    let gpa = unsafe { lib.get::<sig::cuGetProcAddress_v2>(b"cuGetProcAddress_v2") }
+        .expect("cuGetProcAddress_v2");
     let map = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../conformance/data/cudart-12.9-procaddress-expected.txt"
@@ -92,7 +89,8 @@ fn every_cudart_request_routes_to_the_export_the_headers_name() {
     let r = unsafe { gpa(c"cuInit".as_ptr(), &mut pfn, 12090, 8, &mut st) };
     assert_eq!(r, CUresult::CUDA_ERROR_INVALID_VALUE);
     // SAFETY: cuGetProcAddress (v1, 11.3 ABI) per cudaTypedefs.h.
-    let v1 = unsafe { lib.get::<GetProcV1>(b"cuGetProcAddress") }.expect("cuGetProcAddress");
+    let v1 =
+        unsafe { lib.get::<sig::cuGetProcAddress>(b"cuGetProcAddress") }.expect("cuGetProcAddress");
     // SAFETY: valid name and out-pointer.
     let r = unsafe { v1(c"cuCtxCreate".as_ptr(), &mut pfn, 3020, 0) };
     assert_eq!(r, CUresult::CUDA_SUCCESS);

@@ -4,38 +4,13 @@
 //! exports win). The only unsafe code of the SM bench. Also NVML's
 //! per-process utilization for the real-GPU truth.
 
-use std::ffi::{c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use vgpu_cuda_abi::{
-    nvmlDevice_t, nvmlProcessUtilizationSample_t, CUDA_KERNEL_NODE_PARAMS_v2, CUcontext, CUdevice,
-    CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmodule, CUstream,
+    nvmlDevice_t, nvmlProcessUtilizationSample_t, nvmlReturn_t, sig, CUDA_KERNEL_NODE_PARAMS_v2,
+    CUcontext, CUdevice, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmodule, CUresult,
+    CUstream,
 };
-
-type Launch = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> c_uint;
-type Coop = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-) -> c_uint;
 
 fn open(lib: &CStr) -> Result<(), String> {
     crate::dl::open_global(lib).map(|_| ())
@@ -46,18 +21,22 @@ fn sym(name: &CStr) -> Result<*mut c_void, String> {
 }
 
 macro_rules! table {
-    ($name:ident { $($field:ident: $sym:literal => fn($($arg:ty),*) -> $ret:ty),* $(,)? }) => {
-        /// Driver entry points, typed as cuda.h/nvml.h declare them.
+    ($name:ident { $($field:ident: $sym:ident),* $(,)? }) => {
+        /// Driver entry points, typed as the workspace's one list
+        /// (`vgpu_cuda_abi::sig`, checked against cuda.h/nvml.h) types them.
         pub struct $name {
-            $($field: unsafe extern "C" fn($($arg),*) -> $ret,)*
+            $($field: sig::$sym,)*
         }
         impl $name {
             fn resolve() -> Result<$name, String> {
                 Ok($name {
-                    // SAFETY: each name is exported by the driver with
-                    // exactly the C signature given here (cuda.h /
-                    // nvml.h, 12.x ABI).
-                    $($field: unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(sym($sym)?) },)*
+                    $($field: {
+                        let name = concat!(stringify!($sym), "\0");
+                        let p = sym(CStr::from_bytes_with_nul(name.as_bytes()).map_err(|e| e.to_string())?)?;
+                        // SAFETY: `sig::$sym` is the C type of the symbol
+                        // of that name.
+                        unsafe { std::mem::transmute::<*mut c_void, sig::$sym>(p) }
+                    },)*
                 })
             }
         }
@@ -65,26 +44,26 @@ macro_rules! table {
 }
 
 table!(Core {
-    init: c"cuInit" => fn(c_uint) -> c_uint,
-    device_get: c"cuDeviceGet" => fn(*mut CUdevice, c_int) -> c_uint,
-    device_name: c"cuDeviceGetName" => fn(*mut i8, c_int, CUdevice) -> c_uint,
-    attribute: c"cuDeviceGetAttribute" => fn(*mut c_int, c_int, CUdevice) -> c_uint,
-    ctx_create: c"cuCtxCreate_v2" => fn(*mut CUcontext, c_uint, CUdevice) -> c_uint,
-    ctx_sync: c"cuCtxSynchronize" => fn() -> c_uint,
-    module_load: c"cuModuleLoadData" => fn(*mut CUmodule, *const c_void) -> c_uint,
-    module_function: c"cuModuleGetFunction" => fn(*mut CUfunction, CUmodule, *const i8) -> c_uint,
-    stream_sync: c"cuStreamSynchronize" => fn(CUstream) -> c_uint,
-    graph_create: c"cuGraphCreate" => fn(*mut CUgraph, c_uint) -> c_uint,
-    graph_add_kernel: c"cuGraphAddKernelNode_v2" => fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_KERNEL_NODE_PARAMS_v2) -> c_uint,
-    graph_instantiate: c"cuGraphInstantiateWithFlags" => fn(*mut CUgraphExec, CUgraph, u64) -> c_uint,
-    graph_launch: c"cuGraphLaunch" => fn(CUgraphExec, CUstream) -> c_uint,
+    init: cuInit,
+    device_get: cuDeviceGet,
+    device_name: cuDeviceGetName,
+    attribute: cuDeviceGetAttribute,
+    ctx_create: cuCtxCreate_v2,
+    ctx_sync: cuCtxSynchronize,
+    module_load: cuModuleLoadData,
+    module_function: cuModuleGetFunction,
+    stream_sync: cuStreamSynchronize,
+    graph_create: cuGraphCreate,
+    graph_add_kernel: cuGraphAddKernelNode_v2,
+    graph_instantiate: cuGraphInstantiateWithFlags,
+    graph_launch: cuGraphLaunch,
+    launch: cuLaunchKernel,
+    coop: cuLaunchCooperativeKernel,
 });
 
 /// The CUDA calls a tenant makes.
 pub struct Cuda {
     core: Core,
-    launch: Launch,
-    coop: Coop,
     func: CUfunction,
     /// The device's SM count.
     pub sms: u32,
@@ -117,12 +96,16 @@ LOOP:
 }
 ";
 
-fn check(what: &str, r: c_uint) -> Result<(), String> {
-    if r == 0 {
+fn check(what: &str, r: CUresult) -> Result<(), String> {
+    if r.is_success() {
         Ok(())
     } else {
-        Err(format!("{what} returned CUresult {r}"))
+        Err(format!("{what} returned CUresult {}", r.0))
     }
+}
+
+fn nvml_check(what: &str, r: nvmlReturn_t) -> Result<(), String> {
+    check(what, CUresult(r.0))
 }
 
 impl Cuda {
@@ -131,17 +114,12 @@ impl Cuda {
     pub fn open() -> Result<Cuda, String> {
         open(c"libcuda.so.1")?;
         let core = Core::resolve()?;
-        // SAFETY: the entry points below have these C signatures (cuda.h).
-        let launch = unsafe { std::mem::transmute::<*mut c_void, Launch>(sym(c"cuLaunchKernel")?) };
-        // SAFETY: as above.
-        let coop =
-            unsafe { std::mem::transmute::<*mut c_void, Coop>(sym(c"cuLaunchCooperativeKernel")?) };
         // SAFETY: flags 0.
         check("cuInit", unsafe { (core.init)(0) })?;
         let mut dev: CUdevice = 0;
         // SAFETY: valid out-pointer, ordinal 0.
         check("cuDeviceGet", unsafe { (core.device_get)(&mut dev, 0) })?;
-        let mut name = [0i8; 256];
+        let mut name = [0 as c_char; 256];
         // SAFETY: a 256-byte buffer and its length.
         check("cuDeviceGetName", unsafe {
             (core.device_name)(name.as_mut_ptr(), name.len() as c_int, dev)
@@ -174,8 +152,6 @@ impl Cuda {
         })?;
         Ok(Cuda {
             core,
-            launch,
-            coop,
             func,
             sms: sms.max(1) as u32,
             simulated,
@@ -199,7 +175,7 @@ impl Cuda {
         // SAFETY: a function of the loaded module, valid dimensions, and a
         // parameter array whose one entry points at a live u64.
         unsafe {
-            (self.launch)(
+            (self.core.launch)(
                 self.func,
                 blocks,
                 1,
@@ -213,6 +189,7 @@ impl Cuda {
                 std::ptr::null_mut(),
             )
         }
+        .0
     }
 
     /// `cuLaunchCooperativeKernel`, same shape.
@@ -220,7 +197,7 @@ impl Cuda {
         let mut p = self.params();
         // SAFETY: as in `launch`.
         unsafe {
-            (self.coop)(
+            (self.core.coop)(
                 self.func,
                 blocks,
                 1,
@@ -233,6 +210,7 @@ impl Cuda {
                 p.as_mut_ptr(),
             )
         }
+        .0
     }
 
     /// Builds (once) a graph of `nodes` spin kernels of `blocks` blocks in
@@ -282,7 +260,7 @@ impl Cuda {
     pub fn graph_launch(&mut self) -> c_uint {
         match self.graph {
             // SAFETY: an instantiated graph and the legacy stream.
-            Some(e) => unsafe { (self.core.graph_launch)(e, CUstream::NULL) },
+            Some(e) => unsafe { (self.core.graph_launch)(e, CUstream::NULL) }.0,
             None => 1, // CUDA_ERROR_INVALID_VALUE: no graph
         }
     }
@@ -290,20 +268,20 @@ impl Cuda {
     /// `cuStreamSynchronize` of the legacy stream.
     pub fn stream_sync(&self) -> c_uint {
         // SAFETY: the legacy stream of the current context.
-        unsafe { (self.core.stream_sync)(CUstream::NULL) }
+        unsafe { (self.core.stream_sync)(CUstream::NULL) }.0
     }
 
     /// `cuCtxSynchronize`.
     pub fn ctx_sync(&self) -> c_uint {
         // SAFETY: no arguments; a context is current.
-        unsafe { (self.core.ctx_sync)() }
+        unsafe { (self.core.ctx_sync)() }.0
     }
 }
 
 table!(NvmlCalls {
-    init: c"nvmlInit_v2" => fn() -> c_uint,
-    handle: c"nvmlDeviceGetHandleByIndex_v2" => fn(c_uint, *mut nvmlDevice_t) -> c_uint,
-    samples: c"nvmlDeviceGetProcessUtilization" => fn(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> c_uint,
+    init: nvmlInit_v2,
+    handle: nvmlDeviceGetHandleByIndex_v2,
+    samples: nvmlDeviceGetProcessUtilization,
 });
 
 /// NVML's per-process samples of device 0 (the real-GPU truth).
@@ -318,10 +296,10 @@ impl Nvml {
         open(c"libnvidia-ml.so.1")?;
         let calls = NvmlCalls::resolve()?;
         // SAFETY: no arguments.
-        check("nvmlInit_v2", unsafe { (calls.init)() })?;
+        nvml_check("nvmlInit_v2", unsafe { (calls.init)() })?;
         let mut dev = nvmlDevice_t(std::ptr::null_mut());
         // SAFETY: valid out-pointer, index 0.
-        check("nvmlDeviceGetHandleByIndex_v2", unsafe {
+        nvml_check("nvmlDeviceGetHandleByIndex_v2", unsafe {
             (calls.handle)(0, &mut dev)
         })?;
         Ok(Nvml { calls, dev })
@@ -341,7 +319,7 @@ impl Nvml {
         let mut len = buf.len() as c_uint;
         // SAFETY: a buffer of `len` samples and its length.
         let r = unsafe { (self.calls.samples)(self.dev, buf.as_mut_ptr(), &mut len, since_us) };
-        if r != 0 {
+        if r.0 != 0 {
             return Vec::new();
         }
         buf.truncate((len as usize).min(buf.len()));

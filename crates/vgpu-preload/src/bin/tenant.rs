@@ -12,13 +12,15 @@
 //!   cuLaunchKernel and cuMemGetInfo_v2.
 //!
 //! Output: `key=value` lines, one per fact, easy to parse and to read.
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_uint, c_void, CStr, CString};
 use std::io::Read;
 use std::process::ExitCode;
 use std::time::Instant;
 
-type CUresult = c_uint;
-type CUdevice = c_int;
+use vgpu_cuda_abi::{
+    nvmlDevice_t, nvmlMemory_t, sig, CUcontext, CUdevice, CUfunction, CUmodule, CUresult, CUstream,
+};
+
 type Ptr = *mut c_void;
 
 /// `println!` that ignores a closed stdout (the reader may be gone).
@@ -49,51 +51,62 @@ impl Lib {
         Ok(Lib(h))
     }
 
-    /// The symbol as the loader gives it, typed by the caller.
-    fn sym<F: Copy>(&self, name: &CStr) -> Result<F, String> {
+    /// The symbol as the loader gives it, typed by the caller (through
+    /// [`sym!`], which names the list's type of that symbol).
+    fn sym<F: Copy>(&self, name: &str) -> Result<F, String> {
+        let c = CString::new(name).map_err(|_| format!("bad symbol {name:?}"))?;
         // SAFETY: valid handle and NUL-terminated name.
-        let p = unsafe { libc::dlsym(self.0, name.as_ptr()) };
+        let p = unsafe { libc::dlsym(self.0, c.as_ptr()) };
         if p.is_null() {
-            return Err(format!("{} not found", name.to_string_lossy()));
+            return Err(format!("{name} not found"));
         }
-        // SAFETY: each call site names the C type of the symbol it asks for.
+        // SAFETY: `sym!` asks for `sig::<name>`, the C type of the symbol
+        // (the list is checked against NVIDIA's headers).
         Ok(unsafe { std::mem::transmute_copy::<Ptr, F>(&p) })
     }
 }
 
+/// The driver function `name` of `lib`, typed as the workspace's one list
+/// (`vgpu_cuda_abi::sig`) types it.
+macro_rules! sym {
+    ($lib:expr, $name:ident) => {
+        $lib.sym::<sig::$name>(stringify!($name))
+    };
+}
+
 struct Cuda {
-    init: unsafe extern "C" fn(c_uint) -> CUresult,
-    device_get: unsafe extern "C" fn(*mut CUdevice, c_int) -> CUresult,
-    retain: unsafe extern "C" fn(*mut Ptr, CUdevice) -> CUresult,
-    release: unsafe extern "C" fn(CUdevice) -> CUresult,
-    set_current: unsafe extern "C" fn(Ptr) -> CUresult,
-    alloc: unsafe extern "C" fn(*mut u64, usize) -> CUresult,
-    free: unsafe extern "C" fn(u64) -> CUresult,
-    info: unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult,
-    total: unsafe extern "C" fn(*mut usize, CUdevice) -> CUresult,
+    init: sig::cuInit,
+    device_get: sig::cuDeviceGet,
+    retain: sig::cuDevicePrimaryCtxRetain,
+    release: sig::cuDevicePrimaryCtxRelease_v2,
+    set_current: sig::cuCtxSetCurrent,
+    alloc: sig::cuMemAlloc_v2,
+    free: sig::cuMemFree_v2,
+    info: sig::cuMemGetInfo_v2,
+    total: sig::cuDeviceTotalMem_v2,
 }
 
 impl Cuda {
     fn load(l: &Lib) -> Result<Cuda, String> {
         Ok(Cuda {
-            init: l.sym(c"cuInit")?,
-            device_get: l.sym(c"cuDeviceGet")?,
-            retain: l.sym(c"cuDevicePrimaryCtxRetain")?,
-            release: l.sym(c"cuDevicePrimaryCtxRelease_v2")?,
-            set_current: l.sym(c"cuCtxSetCurrent")?,
-            alloc: l.sym(c"cuMemAlloc_v2")?,
-            free: l.sym(c"cuMemFree_v2")?,
-            info: l.sym(c"cuMemGetInfo_v2")?,
-            total: l.sym(c"cuDeviceTotalMem_v2")?,
+            init: sym!(l, cuInit)?,
+            device_get: sym!(l, cuDeviceGet)?,
+            retain: sym!(l, cuDevicePrimaryCtxRetain)?,
+            release: sym!(l, cuDevicePrimaryCtxRelease_v2)?,
+            set_current: sym!(l, cuCtxSetCurrent)?,
+            alloc: sym!(l, cuMemAlloc_v2)?,
+            free: sym!(l, cuMemFree_v2)?,
+            info: sym!(l, cuMemGetInfo_v2)?,
+            total: sym!(l, cuDeviceTotalMem_v2)?,
         })
     }
 }
 
 fn check(what: &str, r: CUresult) -> Result<(), String> {
-    if r == 0 {
+    if r.is_success() {
         Ok(())
     } else {
-        Err(format!("{what} failed: CUresult {r}"))
+        Err(format!("{what} failed: CUresult {}", r.0))
     }
 }
 
@@ -154,35 +167,33 @@ fn parse_args() -> Result<Opts, String> {
 
 fn nvml_view(device: i32) -> Result<(u32, u64, u64, u64), String> {
     let l = Lib::open(c"libnvidia-ml.so.1")?;
-    let init: unsafe extern "C" fn() -> c_uint = l.sym(c"nvmlInit_v2")?;
-    let count: unsafe extern "C" fn(*mut c_uint) -> c_uint = l.sym(c"nvmlDeviceGetCount_v2")?;
-    let by_index: unsafe extern "C" fn(c_uint, *mut Ptr) -> c_uint =
-        l.sym(c"nvmlDeviceGetHandleByIndex_v2")?;
-    let mem: unsafe extern "C" fn(Ptr, *mut [u64; 3]) -> c_uint =
-        l.sym(c"nvmlDeviceGetMemoryInfo")?;
-    let shutdown: unsafe extern "C" fn() -> c_uint = l.sym(c"nvmlShutdown")?;
+    let init = sym!(l, nvmlInit_v2)?;
+    let count = sym!(l, nvmlDeviceGetCount_v2)?;
+    let by_index = sym!(l, nvmlDeviceGetHandleByIndex_v2)?;
+    let mem = sym!(l, nvmlDeviceGetMemoryInfo)?;
+    let shutdown = sym!(l, nvmlShutdown)?;
     // SAFETY: NVML's documented calls with valid out-pointers.
     unsafe {
-        if init() != 0 {
+        if init().0 != 0 {
             return Err("nvmlInit_v2 failed".into());
         }
         let mut n: c_uint = 0;
         count(&mut n);
-        let mut h: Ptr = std::ptr::null_mut();
-        let r = by_index(device as c_uint, &mut h);
+        let mut h = nvmlDevice_t(std::ptr::null_mut());
+        let r = by_index(device as c_uint, &mut h).0;
         if r != 0 {
             shutdown();
             return Err(format!(
                 "nvmlDeviceGetHandleByIndex_v2({device}) failed: {r}"
             ));
         }
-        let mut m = [0u64; 3];
-        let r = mem(h, &mut m);
+        let mut m = nvmlMemory_t::default();
+        let r = mem(h, &mut m).0;
         shutdown();
         if r != 0 {
             return Err(format!("nvmlDeviceGetMemoryInfo failed: {r}"));
         }
-        Ok((n, m[0], m[1], m[2]))
+        Ok((n, m.total, m.free, m.used))
     }
 }
 
@@ -191,7 +202,7 @@ fn run(o: &Opts) -> Result<(), String> {
     let cu = Cuda::load(&l)?;
     let p = |k: &str, v: &dyn std::fmt::Display| say!("{}.{k}={v}", o.name);
     let mut dev: CUdevice = 0;
-    let mut ctx: Ptr = std::ptr::null_mut();
+    let mut ctx = CUcontext::NULL;
     // SAFETY: the driver's documented calls with valid out-pointers.
     unsafe {
         check("cuInit", (cu.init)(0))?;
@@ -217,8 +228,8 @@ fn run(o: &Opts) -> Result<(), String> {
         let mut d: u64 = 0;
         // SAFETY: valid out-pointer.
         let r = unsafe { (cu.alloc)(&mut d, n as usize) };
-        if r != 0 {
-            refused = Some((n, r));
+        if !r.is_success() {
+            refused = Some((n, r.0));
             break;
         }
         ptrs.push(d);
@@ -269,29 +280,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn bench(o: &Opts) -> Result<(), String> {
     let l = Lib::open(c"libcuda.so.1")?;
     let cu = Cuda::load(&l)?;
-    type Load = unsafe extern "C" fn(*mut Ptr, *const c_void) -> CUresult;
-    type GetFn = unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> CUresult;
-    type Launch = unsafe extern "C" fn(
-        Ptr,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        Ptr,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> CUresult;
-    let load: Load = l.sym(c"cuModuleLoadData")?;
-    let getf: GetFn = l.sym(c"cuModuleGetFunction")?;
-    let launch: Launch = l.sym(c"cuLaunchKernel")?;
-    let sync: unsafe extern "C" fn() -> CUresult = l.sym(c"cuCtxSynchronize")?;
+    let load = sym!(l, cuModuleLoadData)?;
+    let getf = sym!(l, cuModuleGetFunction)?;
+    let launch = sym!(l, cuLaunchKernel)?;
+    let sync = sym!(l, cuCtxSynchronize)?;
     let mut dev: CUdevice = 0;
-    let mut ctx: Ptr = std::ptr::null_mut();
-    let mut module: Ptr = std::ptr::null_mut();
-    let mut func: Ptr = std::ptr::null_mut();
+    let mut ctx = CUcontext::NULL;
+    let mut module = CUmodule::NULL;
+    let mut func = CUfunction::NULL;
     let image = c"vgpu-sim-module v1\nkernel spin\n";
     // SAFETY: the driver's documented calls with valid out-pointers.
     unsafe {
@@ -347,7 +343,7 @@ fn bench(o: &Opts) -> Result<(), String> {
                     1,
                     1,
                     0,
-                    std::ptr::null_mut(),
+                    CUstream::NULL,
                     args.as_mut_ptr(),
                     std::ptr::null_mut(),
                 )
@@ -364,7 +360,7 @@ fn bench(o: &Opts) -> Result<(), String> {
         // SAFETY: a null function handle is refused by the driver.
         unsafe {
             launch(
-                std::ptr::null_mut(),
+                CUfunction::NULL,
                 1,
                 1,
                 1,
@@ -372,7 +368,7 @@ fn bench(o: &Opts) -> Result<(), String> {
                 1,
                 1,
                 0,
-                std::ptr::null_mut(),
+                CUstream::NULL,
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
             )

@@ -102,7 +102,8 @@ fn violations(module: &str, src: &str) -> Vec<String> {
         .collect()
 }
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file below `dir` (also the signature scan's walker).
+pub(crate) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.is_dir() {

@@ -1,23 +1,35 @@
 //! One source for signatures, checked against NVIDIA's headers: every
-//! entry of the signature list (`driver::api`, which types the real-function
-//! table and, through a compile-time check, every hook export) becomes a C
-//! function-pointer declaration initialised with the header's function of
-//! that name, compiled with gcc `-Werror` against `cuda.h`/`nvml.h`. A
-//! parameter or return type that differs from the header's is an
-//! incompatible-pointer error, so a wrong type fails this test instead of
-//! running.
-use std::path::PathBuf;
+//! entry of the workspace's signature list (`vgpu_cuda_abi`'s
+//! `interposer_functions!` and `client_functions!`, which type the
+//! interposer's real-function table and, through a compile-time check, every
+//! hook export, and through `vgpu_cuda_abi::sig` every other caller)
+//! becomes a C function-pointer declaration initialised with the header's
+//! function of that name, compiled with gcc `-Werror` against
+//! `cuda.h`/`nvml.h`. A parameter or return type that differs from the
+//! header's is an incompatible-pointer error, so a wrong type fails this
+//! test instead of running. And no CUDA/NVML function type may be typed by
+//! hand outside that list: a scan of the workspace's sources fails listing
+//! any.
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use vgpu_core::driver::api::{entries, Entry};
+use vgpu_cuda_abi::{signatures, Signature};
 
-/// The C spelling of a type as the list writes it in Rust.
+/// The C spelling of a type as the list writes it in Rust (`stringify!`
+/// may space a pointer as `* mut T`).
 fn c_type(t: &str) -> String {
     let t = t.trim();
-    if let Some(rest) = t.strip_prefix("*mut").map(str::trim_start) {
+    let pointer = |kw: &str| {
+        t.strip_prefix('*')
+            .map(str::trim_start)
+            .and_then(|r| r.strip_prefix(kw))
+            .filter(|r| r.starts_with([' ', '*']))
+            .map(str::trim_start)
+    };
+    if let Some(rest) = pointer("mut") {
         return format!("{} *", c_type(rest));
     }
-    if let Some(rest) = t.strip_prefix("*const").map(str::trim_start) {
+    if let Some(rest) = pointer("const") {
         let inner = c_type(rest);
         return if rest.starts_with('*') {
             format!("{inner} const *")
@@ -29,6 +41,8 @@ fn c_type(t: &str) -> String {
         "c_uint" | "u32" => "unsigned int",
         "c_int" | "i32" => "int",
         "c_char" => "char",
+        "u8" => "unsigned char",
+        "u16" => "unsigned short",
         "c_void" => "void",
         "usize" => "size_t",
         "u64" => "unsigned long long",
@@ -40,7 +54,7 @@ fn c_type(t: &str) -> String {
 }
 
 /// `RET (*vgpu_check_NAME)(PARAMS) = NAME;`
-fn declaration(e: &Entry, params: &[&'static str]) -> String {
+fn declaration(e: &Signature, params: &[&str]) -> String {
     let ps = if params.is_empty() {
         "void".to_string()
     } else {
@@ -53,8 +67,8 @@ fn declaration(e: &Entry, params: &[&'static str]) -> String {
     format!(
         "{} (*vgpu_check_{})({ps}) = {};\n",
         c_type(e.ret),
-        e.name(),
-        e.name()
+        e.name,
+        e.name
     )
 }
 
@@ -100,9 +114,11 @@ fn compile(name: &str, src: &str) -> Result<(), String> {
 
 #[test]
 fn every_entry_matches_the_headers_prototype() {
-    let all = entries();
-    assert!(all.len() >= 60, "only {} entries", all.len());
-    let src = source(all.iter().map(|e| declaration(e, &e.params)));
+    let all: Vec<_> = signatures().collect();
+    assert!(all.len() >= 140, "only {} entries", all.len());
+    // Both lists, the interposer's table and what only others call.
+    assert!(all.iter().any(|e| e.interposed) && all.iter().any(|e| !e.interposed));
+    let src = source(all.iter().map(|e| declaration(e, e.params)));
     if let Err(e) = compile("signatures", &src) {
         panic!(
             "the signature list disagrees with NVIDIA's headers:\n{e}\n--- generated ---\n{src}"
@@ -112,8 +128,7 @@ fn every_entry_matches_the_headers_prototype() {
 
 #[test]
 fn a_wrong_parameter_or_return_type_fails_the_check() {
-    let all = entries();
-    let find = |n: &str| all.iter().find(|e| e.name() == n).unwrap();
+    let find = |n: &str| signatures().find(|e| e.name == n).unwrap();
     // size_t bytesize declared as a 32-bit count.
     let alloc = find("cuMemAlloc_v2");
     let wrong = declaration(alloc, &["*mut CUdeviceptr", "c_uint"]);
@@ -131,16 +146,18 @@ fn a_wrong_parameter_or_return_type_fails_the_check() {
     assert!(compile("wrong_width", &source(std::iter::once(wrong))).is_err());
     // A wrong return type.
     let init = find("cuInit");
-    let e = declaration(init, &init.params).replacen("CUresult", "nvmlReturn_t", 1);
+    let e = declaration(init, init.params).replacen("CUresult", "nvmlReturn_t", 1);
     assert!(compile("wrong_ret", &source(std::iter::once(e))).is_err());
     // And the control: the right ones compile on their own.
-    let right = [alloc, count, proc_, init].map(|e| declaration(e, &e.params));
+    let right = [alloc, count, proc_, init].map(|e| declaration(e, e.params));
     assert_eq!(compile("right", &source(right.into_iter())), Ok(()));
 }
 
 #[test]
 fn the_c_spelling_of_the_lists_types() {
     assert_eq!(c_type("*mut *mut c_void"), "void * *");
+    assert_eq!(c_type("* mut * mut c_void"), "void * *");
+    assert_eq!(c_type("* const CUgraphNode"), "const CUgraphNode *");
     assert_eq!(c_type("*const c_char"), "const char *");
     assert_eq!(
         c_type("*const CUDA_ARRAY_DESCRIPTOR"),
@@ -148,4 +165,147 @@ fn the_c_spelling_of_the_lists_types() {
     );
     assert_eq!(c_type("usize"), "size_t");
     assert_eq!(c_type("CUstream"), "CUstream");
+}
+
+/// Words that make a function-pointer type a CUDA/NVML one: its result
+/// (`CUresult`, `nvmlReturn_t`), a driver type (`CUdevice`, `nvmlDevice_t`),
+/// or a name (`c"cuInit"`, `type CuInit`, `NvmlProcs`) in its statement.
+fn names_the_driver(window: &str) -> bool {
+    let bytes = window.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let word_start = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        let rest = &window[i..];
+        if word_start {
+            for prefix in ["cu", "Cu", "nvml", "Nvml"] {
+                if let Some(r) = rest.strip_prefix(prefix) {
+                    if r.starts_with(|c: char| c.is_ascii_uppercase()) {
+                        return true;
+                    }
+                }
+            }
+            if let Some(r) = rest.strip_prefix("CU") {
+                if r.starts_with(|c: char| c.is_ascii_lowercase()) {
+                    return true;
+                }
+            }
+            if rest.starts_with("nvml") && rest[4..].starts_with(|c: char| c.is_ascii_lowercase()) {
+                return true;
+            }
+        }
+        i += rest.chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
+/// The hand-typed CUDA/NVML function-pointer types of a source file, as
+/// (line, statement) pairs: every `extern "C" fn(` type (an export
+/// definition names its function, `extern "C" fn cuInit(`, and is not one)
+/// whose statement, from the previous `;`, `{` or `}` to the next `;` or
+/// `{`, names the driver.
+fn hand_typed(src: &str) -> Vec<(usize, String)> {
+    let code: String = src
+        .lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let needle = "extern \"C\" fn(";
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find(needle).map(|i| i + from) {
+        let start = code[..at].rfind([';', '{', '}']).map_or(0, |i| i + 1);
+        let open = at + needle.len() - 1;
+        // The end of the parameter list, then of the statement.
+        let mut depth = 0;
+        let mut close = code.len();
+        for (i, c) in code[open..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let end = code[close..]
+            .find([';', '{'])
+            .map_or(code.len(), |i| close + i);
+        let window = &code[start..end];
+        if names_the_driver(window) {
+            let line = code[..at].lines().count().max(1);
+            out.push((
+                line,
+                window.split_whitespace().collect::<Vec<_>>().join(" "),
+            ));
+        }
+        from = at + needle.len();
+    }
+    out
+}
+
+#[test]
+fn no_cuda_or_nvml_function_type_is_typed_outside_the_list() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let abi = root.join("crates/vgpu-cuda-abi");
+    let mut files = Vec::new();
+    for dir in ["crates", "fuzz"] {
+        super::layers::sources(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "only {} sources found", files.len());
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(&abi)) {
+        let src = std::fs::read_to_string(f).unwrap();
+        for (line, stmt) in hand_typed(&src) {
+            found.push(format!(
+                "{}:{line}: {stmt}",
+                f.strip_prefix(&root).unwrap_or(f).display()
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "CUDA/NVML function types typed by hand (use vgpu_cuda_abi::sig::<name>, adding the entry \
+         to vgpu_cuda_abi's list):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_hand_typed_scan_finds_what_it_must() {
+    // Negative controls: each way the workspace used to type them.
+    let caught = [
+        "type Init = unsafe extern \"C\" fn(c_uint) -> CUresult;",
+        "type CuInit = unsafe extern \"C\" fn(c_uint) -> c_uint;",
+        "let init: unsafe extern \"C\" fn() -> c_uint = l.sym(c\"nvmlInit_v2\")?;",
+        "struct Api {\n    free: unsafe extern \"C\" fn(CUdeviceptr) -> c_uint,\n}",
+        "type F = unsafe extern \"C\" fn(\n    nvmlDevice_t,\n    *mut c_uint,\n) -> c_uint;",
+        "let f = self.sym::<unsafe extern \"C\" fn(usize) -> CUresult>(b\"x\")?;",
+        "type Launch = unsafe extern \"C\" fn(CUfunction, c_uint) -> c_uint;",
+    ];
+    for src in caught {
+        assert_eq!(hand_typed(src).len(), 1, "missed: {src}");
+    }
+    assert_eq!(hand_typed(&caught.join("\n")).len(), caught.len());
+    assert_eq!(
+        hand_typed("fn a() {}\n\ntype F =\n    unsafe extern \"C\" fn(CUstream) -> CUresult;")[0].0,
+        4
+    );
+    // And what it must leave: libc's and vgpu's own C functions, the
+    // exports themselves, the list's types, comments.
+    let left = [
+        "type DlsymFn = unsafe extern \"C\" fn(*mut c_void, *const c_char) -> *mut c_void;",
+        "pub fn at_exit(f: extern \"C\" fn()) -> bool {\n    unsafe { libc::atexit(f) == 0 }\n}",
+        "let f: extern \"C\" fn() -> *const c_char = unsafe { transmute(f) };",
+        "pub unsafe extern \"C\" fn cuInit(flags: c_uint) -> CUresult {\n    x\n}",
+        "let init: sig::cuInit = l.sym(c\"cuInit\")?;",
+        "// type CuInit = unsafe extern \"C\" fn(c_uint) -> CUresult;",
+        "type Cb = unsafe extern \"C\" fn(*mut c_void);\nfn cuda() {}",
+    ];
+    for src in left {
+        assert_eq!(hand_typed(src), Vec::new(), "flagged: {src}");
+    }
 }

@@ -633,7 +633,7 @@ cu! {
         // SAFETY: `data` sized per the attribute (C contract).
         unsafe { pointer_attribute(data, attr, ptr, true) }
     }
-    fn cuPointerGetAttributes(n: c_uint, attrs: *const CUpointer_attribute, data: *mut *mut c_void, ptr: CUdeviceptr) {
+    fn cuPointerGetAttributes(n: c_uint, attrs: *mut CUpointer_attribute, data: *mut *mut c_void, ptr: CUdeviceptr) {
         if n == 0 || attrs.is_null() || data.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }

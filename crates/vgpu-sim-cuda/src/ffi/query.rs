@@ -223,7 +223,7 @@ cu! {
         // SAFETY: out-pointer from the caller; null rejected.
         unsafe { out(ctx, CUcontext(p(f.2))) }
     }
-    fn cuStreamGetCtx_v2(s: CUstream, ctx: *mut CUcontext, green: *mut *mut c_void) {
+    fn cuStreamGetCtx_v2(s: CUstream, ctx: *mut CUcontext, green: *mut CUgreenCtx) {
         let f = stream_facts(s)?;
         if ctx.is_null() && green.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -235,12 +235,12 @@ cu! {
                 out(ctx, CUcontext(p(f.2)))?;
             }
             if !green.is_null() {
-                out(green, std::ptr::null_mut())?;
+                out(green, CUgreenCtx::NULL)?;
             }
         }
         Ok(())
     }
-    fn cuStreamGetCtx_v2_ptsz(s: CUstream, ctx: *mut CUcontext, green: *mut *mut c_void) {
+    fn cuStreamGetCtx_v2_ptsz(s: CUstream, ctx: *mut CUcontext, green: *mut CUgreenCtx) {
         // SAFETY: as cuStreamGetCtx_v2.
         unsafe { cuStreamGetCtx_v2_impl(s, ctx, green) }
     }
@@ -526,7 +526,7 @@ cu! {
     fn cuDeviceGraphMemTrim(dev: CUdevice) { drv()?.graph_trim(dev) }
 }
 
-unsafe fn cuStreamGetCtx_v2_impl(s: CUstream, ctx: *mut CUcontext, green: *mut *mut c_void) -> R {
+unsafe fn cuStreamGetCtx_v2_impl(s: CUstream, ctx: *mut CUcontext, green: *mut CUgreenCtx) -> R {
     // SAFETY: same contract as the exported entry.
     match unsafe { cuStreamGetCtx_v2(s, ctx, green) } {
         CUresult::CUDA_SUCCESS => Ok(()),

@@ -46,6 +46,14 @@ mod ffi {
     use libloading::{Library, Symbol};
     use vgpu_cuda_abi::*;
 
+    /// The driver function `name` of `lib` (a [`Cuda`] or [`Nvml`]), typed
+    /// as the workspace's one list (`vgpu_cuda_abi::sig`) types it.
+    macro_rules! sym {
+        ($lib:expr, $name:ident) => {
+            $lib.sym::<sig::$name>(stringify!($name).as_bytes())
+        };
+    }
+
     pub struct Cuda {
         lib: Library,
     }
@@ -74,23 +82,20 @@ mod ffi {
         }
 
         fn sym<T>(&self, name: &[u8]) -> Res<Symbol<'_, T>> {
-            // SAFETY: each caller names a cuda.h entry and gives its exact
-            // C signature as `T`.
+            // SAFETY: every caller is `sym!`, which asks for `sig::<name>`,
+            // the list's C type of that cuda.h entry.
             unsafe { self.lib.get::<T>(name) }.map_err(|e| format!("dlsym: {e}"))
         }
 
         pub fn init(&self) -> Res<()> {
-            let f = self.sym::<unsafe extern "C" fn(c_uint) -> CUresult>(b"cuInit")?;
+            let f = sym!(self, cuInit)?;
             // SAFETY: cuInit(unsigned int) per cuda.h.
             check(unsafe { f(0) }, "cuInit")
         }
 
         pub fn retain(&self, dev: c_int) -> Res<CUcontext> {
-            let f = self.sym::<unsafe extern "C" fn(*mut CUcontext, c_int) -> CUresult>(
-                b"cuDevicePrimaryCtxRetain",
-            )?;
-            let set =
-                self.sym::<unsafe extern "C" fn(CUcontext) -> CUresult>(b"cuCtxSetCurrent")?;
+            let f = sym!(self, cuDevicePrimaryCtxRetain)?;
+            let set = sym!(self, cuCtxSetCurrent)?;
             let mut c = CUcontext::NULL;
             // SAFETY: out-pointer to a local; signature per cuda.h.
             check(unsafe { f(&mut c, dev) }, "cuDevicePrimaryCtxRetain")?;
@@ -100,25 +105,20 @@ mod ffi {
         }
 
         pub fn release(&self, dev: c_int) -> Res<()> {
-            let f = self
-                .sym::<unsafe extern "C" fn(c_int) -> CUresult>(b"cuDevicePrimaryCtxRelease_v2")?;
+            let f = sym!(self, cuDevicePrimaryCtxRelease_v2)?;
             // SAFETY: signature per cuda.h.
             check(unsafe { f(dev) }, "cuDevicePrimaryCtxRelease_v2")
         }
 
         pub fn ctx_create(&self, dev: c_int) -> Res<()> {
-            let f = self.sym::<unsafe extern "C" fn(*mut CUcontext, c_uint, c_int) -> CUresult>(
-                b"cuCtxCreate_v2",
-            )?;
+            let f = sym!(self, cuCtxCreate_v2)?;
             let mut c = CUcontext::NULL;
             // SAFETY: out-pointer to a local; signature per cuda.h.
             check(unsafe { f(&mut c, 0, dev) }, "cuCtxCreate_v2")
         }
 
         pub fn alloc(&self, bytes: usize) -> Res<CUresult> {
-            let f = self.sym::<unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult>(
-                b"cuMemAlloc_v2",
-            )?;
+            let f = sym!(self, cuMemAlloc_v2)?;
             let mut p: CUdeviceptr = 0;
             // SAFETY: out-pointer to a local; signature per cuda.h.
             Ok(unsafe { f(&mut p, bytes) })
@@ -126,13 +126,8 @@ mod ffi {
 
         /// cuMemAlloc_v2 + cuIpcGetMemHandle: the handle's 64 bytes.
         pub fn ipc_export(&self, bytes: usize) -> Res<[u8; 64]> {
-            let alloc = self.sym::<unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult>(
-                b"cuMemAlloc_v2",
-            )?;
-            let get = self
-                .sym::<unsafe extern "C" fn(*mut CUipcMemHandle, CUdeviceptr) -> CUresult>(
-                    b"cuIpcGetMemHandle",
-                )?;
+            let alloc = sym!(self, cuMemAlloc_v2)?;
+            let get = sym!(self, cuIpcGetMemHandle)?;
             let mut p: CUdeviceptr = 0;
             // SAFETY: out-pointer to a local; signature per cuda.h.
             check(unsafe { alloc(&mut p, bytes) }, "cuMemAlloc_v2")?;
@@ -143,8 +138,7 @@ mod ffi {
         }
 
         pub fn alloc_async(&self, bytes: usize) -> Res<CUresult> {
-            type F = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
-            let f = self.sym::<F>(b"cuMemAllocAsync")?;
+            let f = sym!(self, cuMemAllocAsync)?;
             let mut p: CUdeviceptr = 0;
             // SAFETY: out-pointer to a local; the legacy stream; per cuda.h.
             Ok(unsafe { f(&mut p, bytes, CUstream::NULL) })
@@ -152,29 +146,10 @@ mod ffi {
 
         /// Launch back-to-back for `ms`; returns the launch count.
         pub fn launch_for(&self, block_us: u64, grid: u32, ms: u64) -> Res<u64> {
-            let load = self.sym::<unsafe extern "C" fn(*mut CUmodule, *const c_void) -> CUresult>(
-                b"cuModuleLoadData",
-            )?;
-            let getf = self.sym::<unsafe extern "C" fn(
-                *mut CUfunction,
-                CUmodule,
-                *const c_char,
-            ) -> CUresult>(b"cuModuleGetFunction")?;
-            type Launch = unsafe extern "C" fn(
-                CUfunction,
-                c_uint,
-                c_uint,
-                c_uint,
-                c_uint,
-                c_uint,
-                c_uint,
-                c_uint,
-                CUstream,
-                *mut *mut c_void,
-                *mut *mut c_void,
-            ) -> CUresult;
-            let launch = self.sym::<Launch>(b"cuLaunchKernel")?;
-            let sync = self.sym::<unsafe extern "C" fn() -> CUresult>(b"cuCtxSynchronize")?;
+            let load = sym!(self, cuModuleLoadData)?;
+            let getf = sym!(self, cuModuleGetFunction)?;
+            let launch = sym!(self, cuLaunchKernel)?;
+            let sync = sym!(self, cuCtxSynchronize)?;
             let image = format!("vgpu-sim-kernel name=busy block_us={block_us}\0");
             let mut m = CUmodule::NULL;
             // SAFETY: NUL-terminated text image; out-pointer to a local.
@@ -215,13 +190,9 @@ mod ffi {
     impl Cuda {
         /// `cuDeviceGetCount` and each ordinal's `cuDeviceGetUuid_v2`.
         pub fn devices(&self) -> Res<Vec<[u8; 16]>> {
-            let count =
-                self.sym::<unsafe extern "C" fn(*mut c_int) -> CUresult>(b"cuDeviceGetCount")?;
-            let get =
-                self.sym::<unsafe extern "C" fn(*mut CUdevice, c_int) -> CUresult>(b"cuDeviceGet")?;
-            let uuid = self.sym::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(
-                b"cuDeviceGetUuid_v2",
-            )?;
+            let count = sym!(self, cuDeviceGetCount)?;
+            let get = sym!(self, cuDeviceGet)?;
+            let uuid = sym!(self, cuDeviceGetUuid_v2)?;
             let mut n: c_int = 0;
             // SAFETY: local out-pointer; signature per cuda.h.
             check(unsafe { count(&mut n) }, "cuDeviceGetCount")?;
@@ -243,8 +214,7 @@ mod ffi {
         }
 
         pub fn pool_create_at(&self, loc: c_uint, id: c_int, max: usize) -> Res<CUmemoryPool> {
-            type F = unsafe extern "C" fn(*mut CUmemoryPool, *const CUmemPoolProps) -> CUresult;
-            let f = self.sym::<F>(b"cuMemPoolCreate")?;
+            let f = sym!(self, cuMemPoolCreate)?;
             let props = CUmemPoolProps {
                 allocType: CU_MEM_ALLOCATION_TYPE_PINNED,
                 handleTypes: 0,
@@ -261,8 +231,7 @@ mod ffi {
         }
 
         pub fn pool_current(&self, dev: c_int) -> Res<CUmemoryPool> {
-            type F = unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult;
-            let f = self.sym::<F>(b"cuDeviceGetMemPool")?;
+            let f = sym!(self, cuDeviceGetMemPool)?;
             let mut pool = CUmemoryPool::NULL;
             // SAFETY: local out-pointer; signature per cuda.h.
             check(unsafe { f(&mut pool, dev) }, "cuDeviceGetMemPool")?;
@@ -270,8 +239,7 @@ mod ffi {
         }
 
         pub fn pool_set_u64(&self, pool: CUmemoryPool, attr: c_uint, v: u64) -> Res<()> {
-            type F = unsafe extern "C" fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
-            let f = self.sym::<F>(b"cuMemPoolSetAttribute")?;
+            let f = sym!(self, cuMemPoolSetAttribute)?;
             let mut v = v;
             // SAFETY: a u64 attribute (cuuint64_t per cuda.h) through a local.
             let r = unsafe { f(pool, attr, (&raw mut v).cast()) };
@@ -279,8 +247,7 @@ mod ffi {
         }
 
         pub fn pool_get_u64(&self, pool: CUmemoryPool, attr: c_uint) -> Res<u64> {
-            type F = unsafe extern "C" fn(CUmemoryPool, c_uint, *mut c_void) -> CUresult;
-            let f = self.sym::<F>(b"cuMemPoolGetAttribute")?;
+            let f = sym!(self, cuMemPoolGetAttribute)?;
             let mut v: u64 = 0;
             // SAFETY: a u64 attribute (cuuint64_t per cuda.h) into a local.
             let r = unsafe { f(pool, attr, (&raw mut v).cast()) };
@@ -289,9 +256,7 @@ mod ffi {
         }
 
         pub fn pool_alloc(&self, pool: CUmemoryPool, bytes: usize) -> Res<(CUresult, CUdeviceptr)> {
-            type F =
-                unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
-            let f = self.sym::<F>(b"cuMemAllocFromPoolAsync")?;
+            let f = sym!(self, cuMemAllocFromPoolAsync)?;
             let mut p: CUdeviceptr = 0;
             // SAFETY: local out-pointer; the legacy stream; per cuda.h.
             let r = unsafe { f(&mut p, bytes, pool, CUstream::NULL) };
@@ -299,70 +264,72 @@ mod ffi {
         }
 
         pub fn free_async(&self, p: CUdeviceptr) -> Res<()> {
-            type F = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
-            let f = self.sym::<F>(b"cuMemFreeAsync")?;
+            let f = sym!(self, cuMemFreeAsync)?;
             // SAFETY: a pointer this process allocated; the legacy stream.
             check(unsafe { f(p, CUstream::NULL) }, "cuMemFreeAsync")
         }
 
         pub fn sync(&self) -> Res<()> {
-            let f = self.sym::<unsafe extern "C" fn() -> CUresult>(b"cuCtxSynchronize")?;
+            let f = sym!(self, cuCtxSynchronize)?;
             // SAFETY: no arguments.
             check(unsafe { f() }, "cuCtxSynchronize")
         }
 
         pub fn pool_trim(&self, pool: CUmemoryPool, keep: usize) -> Res<()> {
-            let f = self
-                .sym::<unsafe extern "C" fn(CUmemoryPool, usize) -> CUresult>(b"cuMemPoolTrimTo")?;
+            let f = sym!(self, cuMemPoolTrimTo)?;
             // SAFETY: a pool handle from the driver; signature per cuda.h.
             check(unsafe { f(pool, keep) }, "cuMemPoolTrimTo")
         }
 
         pub fn pool_destroy(&self, pool: CUmemoryPool) -> Res<CUresult> {
-            let f =
-                self.sym::<unsafe extern "C" fn(CUmemoryPool) -> CUresult>(b"cuMemPoolDestroy")?;
+            let f = sym!(self, cuMemPoolDestroy)?;
             // SAFETY: a pool handle from the driver; signature per cuda.h.
             Ok(unsafe { f(pool) })
         }
 
         pub fn mem_info(&self) -> Res<(usize, usize)> {
-            let f = self.sym::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(
-                b"cuMemGetInfo_v2",
-            )?;
+            let f = sym!(self, cuMemGetInfo_v2)?;
             let (mut fr, mut t) = (0, 0);
             // SAFETY: local out-pointers; signature per cuda.h.
             check(unsafe { f(&mut fr, &mut t) }, "cuMemGetInfo_v2")?;
             Ok((fr, t))
         }
 
-        /// Call a one- or two-argument entry whose arguments are all
-        /// handles or device pointers (pointer-sized) with `args`.
-        pub fn raw(&self, name: &str, args: &[usize]) -> Res<u32> {
-            let sym = format!("{name}\0");
-            let r = match args {
-                [a] => {
-                    let f = self.sym::<unsafe extern "C" fn(usize) -> CUresult>(sym.as_bytes())?;
-                    // SAFETY: the named entry takes one pointer-sized
-                    // handle (or CUdeviceptr / u64 handle): same ABI.
-                    unsafe { f(*a) }
-                }
-                [a, b] => {
-                    let f =
-                        self.sym::<unsafe extern "C" fn(usize, usize) -> CUresult>(sym.as_bytes())?;
-                    // SAFETY: as above, two pointer-sized handles.
-                    unsafe { f(*a, *b) }
-                }
-                _ => return Err("raw: 1 or 2 arguments".into()),
-            };
-            Ok(r.0)
+        /// Every handle-taking entry called once with a handle the driver
+        /// never gave: (entry, CUresult).
+        pub fn bogus(&self) -> Res<Vec<(&'static str, u32)>> {
+            const JUNK: *mut c_void = 0xdead_beef_usize as *mut c_void;
+            macro_rules! call {
+                ($name:ident($($arg:expr),*)) => {{
+                    let f = sym!(self, $name)?;
+                    // SAFETY: the entry's own C type; a driver must refuse
+                    // a handle it never gave (checked by the caller).
+                    (stringify!($name), unsafe { f($($arg),*) }.0)
+                }};
+            }
+            Ok(vec![
+                call!(cuCtxSetCurrent(CUcontext(JUNK))),
+                call!(cuCtxDestroy_v2(CUcontext(JUNK))),
+                call!(cuMemFree_v2(0x1234)),
+                call!(cuMemRelease(12345)),
+                call!(cuStreamSynchronize(CUstream(JUNK))),
+                call!(cuStreamDestroy_v2(CUstream(JUNK))),
+                call!(cuEventRecord(CUevent(JUNK), CUstream::NULL)),
+                call!(cuEventDestroy_v2(CUevent(JUNK))),
+                call!(cuModuleUnload(CUmodule(JUNK))),
+                call!(cuArrayDestroy(CUarray(JUNK))),
+                call!(cuMipmappedArrayDestroy(CUmipmappedArray(JUNK))),
+                call!(cuGraphLaunch(CUgraphExec(JUNK), CUstream::NULL)),
+                call!(cuGraphExecDestroy(CUgraphExec(JUNK))),
+                call!(cuGraphDestroy(CUgraph(JUNK))),
+            ])
         }
     }
 
     impl Nvml {
         /// `nvmlDeviceGetName` on a made-up handle.
         pub fn bogus_name(&self) -> Res<u32> {
-            type F = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-            let f = self.sym::<F>(b"nvmlDeviceGetName")?;
+            let f = sym!(self, nvmlDeviceGetName)?;
             let mut buf = [0 as c_char; 96];
             // SAFETY: `buf` holds 96 bytes; the handle is deliberately bogus
             // and must be rejected, not dereferenced.
@@ -391,22 +358,20 @@ mod ffi {
             let lib = unsafe { Library::new("libnvidia-ml.so.1") }
                 .map_err(|e| format!("dlopen libnvidia-ml.so.1: {e}"))?;
             let n = Nvml { lib };
-            let init = n.sym::<unsafe extern "C" fn() -> nvmlReturn_t>(b"nvmlInit_v2")?;
+            let init = sym!(n, nvmlInit_v2)?;
             // SAFETY: nvmlInit_v2(void) per nvml.h.
             nv(unsafe { init() }, "nvmlInit_v2")?;
             Ok(n)
         }
 
         fn sym<T>(&self, name: &[u8]) -> Res<Symbol<'_, T>> {
-            // SAFETY: each caller names an nvml.h entry with its exact C
-            // signature as `T`.
+            // SAFETY: every caller is `sym!`, which asks for `sig::<name>`,
+            // the list's C type of that nvml.h entry.
             unsafe { self.lib.get::<T>(name) }.map_err(|e| format!("dlsym: {e}"))
         }
 
         fn device(&self, i: u32) -> Res<nvmlDevice_t> {
-            let f = self.sym::<unsafe extern "C" fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t>(
-                b"nvmlDeviceGetHandleByIndex_v2",
-            )?;
+            let f = sym!(self, nvmlDeviceGetHandleByIndex_v2)?;
             let mut h = nvmlDevice_t(std::ptr::null_mut());
             // SAFETY: local out-pointer; signature per nvml.h.
             nv(unsafe { f(i, &mut h) }, "nvmlDeviceGetHandleByIndex_v2")?;
@@ -415,12 +380,7 @@ mod ffi {
 
         pub fn procs(&self, dev: u32) -> Res<Vec<(u32, u64)>> {
             let h = self.device(dev)?;
-            type F = unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut c_uint,
-                *mut nvmlProcessInfo_t,
-            ) -> nvmlReturn_t;
-            let f = self.sym::<F>(b"nvmlDeviceGetComputeRunningProcesses_v3")?;
+            let f = sym!(self, nvmlDeviceGetComputeRunningProcesses_v3)?;
             let mut buf = vec![nvmlProcessInfo_t::default(); 256];
             let mut n = buf.len() as c_uint;
             // SAFETY: `buf` holds `n` elements; signature per nvml.h.
@@ -434,11 +394,8 @@ mod ffi {
 
         /// `nvmlDeviceGetCount_v2` and each index's `nvmlDeviceGetUUID`.
         pub fn devices(&self) -> Res<Vec<String>> {
-            let count = self.sym::<unsafe extern "C" fn(*mut c_uint) -> nvmlReturn_t>(
-                b"nvmlDeviceGetCount_v2",
-            )?;
-            type U = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-            let uuid = self.sym::<U>(b"nvmlDeviceGetUUID")?;
+            let count = sym!(self, nvmlDeviceGetCount_v2)?;
+            let uuid = sym!(self, nvmlDeviceGetUUID)?;
             let mut n: c_uint = 0;
             // SAFETY: local out-pointer; signature per nvml.h.
             nv(unsafe { count(&mut n) }, "nvmlDeviceGetCount_v2")?;
@@ -459,20 +416,11 @@ mod ffi {
 
         pub fn util(&self, dev: u32) -> Res<(u32, Vec<(u32, u32)>)> {
             let h = self.device(dev)?;
-            let f = self
-                .sym::<unsafe extern "C" fn(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t>(
-                    b"nvmlDeviceGetUtilizationRates",
-                )?;
+            let f = sym!(self, nvmlDeviceGetUtilizationRates)?;
             let mut u = nvmlUtilization_t::default();
             // SAFETY: local out-pointer; signature per nvml.h.
             nv(unsafe { f(h, &mut u) }, "nvmlDeviceGetUtilizationRates")?;
-            type P = unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlProcessUtilizationSample_t,
-                *mut c_uint,
-                u64,
-            ) -> nvmlReturn_t;
-            let p = self.sym::<P>(b"nvmlDeviceGetProcessUtilization")?;
+            let p = sym!(self, nvmlDeviceGetProcessUtilization)?;
             let mut buf = vec![nvmlProcessUtilizationSample_t::default(); 256];
             let mut n = buf.len() as c_uint;
             // SAFETY: `buf` holds `n` elements; signature per nvml.h.
@@ -632,24 +580,8 @@ fn run() -> Result<(), String> {
             }
             "bogus" => {
                 let c = cuda.as_ref().ok_or("init first")?;
-                const JUNK: usize = 0xdead_beef;
-                for (name, args) in [
-                    ("cuCtxSetCurrent", vec![JUNK]),
-                    ("cuCtxDestroy_v2", vec![JUNK]),
-                    ("cuMemFree_v2", vec![0x1234]),
-                    ("cuMemRelease", vec![12345]),
-                    ("cuStreamSynchronize", vec![JUNK]),
-                    ("cuStreamDestroy_v2", vec![JUNK]),
-                    ("cuEventRecord", vec![JUNK, 0]),
-                    ("cuEventDestroy_v2", vec![JUNK]),
-                    ("cuModuleUnload", vec![JUNK]),
-                    ("cuArrayDestroy", vec![JUNK]),
-                    ("cuMipmappedArrayDestroy", vec![JUNK]),
-                    ("cuGraphLaunch", vec![JUNK, 0]),
-                    ("cuGraphExecDestroy", vec![JUNK]),
-                    ("cuGraphDestroy", vec![JUNK]),
-                ] {
-                    println!("bogus {name} {}", c.raw(name, &args)?);
+                for (name, r) in c.bogus()? {
+                    println!("bogus {name} {r}");
                 }
                 if nvml.is_none() {
                     nvml = Some(ffi::Nvml::load()?);
