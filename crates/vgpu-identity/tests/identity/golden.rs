@@ -1,7 +1,7 @@
 //! The golden frames of `testdata/golden/` drive both halves: the codec,
 //! the real server over a real socket, and the real client against a server
 //! that replays each response.
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::Duration;

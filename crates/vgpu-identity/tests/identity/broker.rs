@@ -1,7 +1,7 @@
 //! Client and server over real Unix sockets: the happy path, every refusal
 //! the client must make, and the server's bounds, stale-socket handling,
 //! shutdown and metrics.
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

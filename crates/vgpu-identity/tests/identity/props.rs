@@ -1,7 +1,7 @@
 //! Property tests replaying the fuzz targets' checks
 //! (`vgpu_identity::fuzz_checks`, shared with `fuzz/fuzz_targets/identity_*`)
 //! on stable, plus generated near-valid inputs.
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use vgpu_identity::codec::{self, FrameError, Response, Status};
