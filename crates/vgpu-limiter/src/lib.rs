@@ -35,5 +35,5 @@ pub use estimate::Kind;
 pub use law::{Decision, Params};
 pub use meter::{Elapsed, Markers};
 pub use pacer::{Admit, Cells, Pacer, Ticket};
-pub use policy::{target, Measurement, Policy, Priority, Settings, Target, PPM};
+pub use policy::{target, target_with, Measurement, Policy, Priority, Settings, Target, PPM};
 pub use sampler::{Corrector, Published, Window};

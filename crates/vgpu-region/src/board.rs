@@ -168,8 +168,9 @@ pub struct Writer {
 
 impl Writer {
     /// Opens (creating, mode 0644) the entry `name` in the GPU directory
-    /// `gpu_dir`, which must exist (the operator makes it). A symlink or
-    /// anything but a regular file there is refused.
+    /// `gpu_dir` (made, mode 0755, when its parent, the operator's board
+    /// directory, exists and it does not). A symlink or anything but a
+    /// regular file there is refused.
     pub fn open(gpu_dir: &Path, name: &str) -> Result<Writer, BoardError> {
         if !valid_name(name) {
             return Err(BoardError::BadName(name.to_owned()));
@@ -179,6 +180,11 @@ impl Writer {
             path: path.clone(),
             source,
         };
+        if !gpu_dir.is_dir() {
+            use std::os::unix::fs::DirBuilderExt;
+            // Another container may make it at the same moment: fine.
+            let _ = std::fs::DirBuilder::new().mode(0o755).create(gpu_dir);
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)

@@ -14,10 +14,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use vgpu_cuda_abi::nvmlDevice_t;
-use vgpu_limiter::{target, Corrector, Measurement, Settings, Window, PPM};
+use vgpu_limiter::{target, target_with, Corrector, Measurement, Settings, Window, PPM};
 use vgpu_region::pacing::{release_lease, try_lease};
 use vgpu_region::{DegradedReason, LimiterState, SlotId};
 
+use super::lend::{DevLend, Pace};
 use super::source;
 use super::{current, set_slow, Limiter};
 use crate::driver::{NvmlDriver, REAL_NVML};
@@ -58,6 +59,8 @@ struct DevJob {
     prev: Vec<u64>,
     /// NVML did not answer the last window (per-process samples).
     nvml_failed: bool,
+    /// Lending on the GPU's board.
+    lend: DevLend,
 }
 
 struct LimiterJob;
@@ -166,7 +169,45 @@ fn refresh(l: &Limiter, st: &mut State, now: u64) {
             markers,
             identity: identity && nvml_ok,
         };
-        let t = target(&s, m);
+        let t = match source::board(snap) {
+            Some(b) => {
+                let slot = match (&l.p.ledger, d.local) {
+                    (Some(led), false) => Some(led.slot().0),
+                    _ => None,
+                };
+                let now_pace = match d.pacer.target() {
+                    t if t.is_pass() => PPM,
+                    t => t.share_ppm,
+                };
+                let dj = &mut st.devs[i];
+                match dj.lend.step(b, &d.uuid, &s, &d.bucket, slot, now_pace, now) {
+                    Ok(p) => {
+                        dj.lend.logged = false;
+                        match p {
+                            _ if !s.elastic() => target(&s, m),
+                            Pace::At(share) => target_with(&s, m, Some(share)),
+                            Pace::Unlimited => target_with(&s, m, None),
+                        }
+                    }
+                    Err(e) => {
+                        if !dj.lend.logged {
+                            dj.lend.logged = true;
+                            crate::warn!(
+                                "SM lending on CUDA device {}: {e}; pacing at the guarantee (best effort: at {} %) until the board works",
+                                d.ord,
+                                vgpu_limiter::lend::BEST_EFFORT_FLOOR_PPM / 10_000
+                            );
+                        }
+                        if s.elastic() && s.sm_limit.is_none() {
+                            target_with(&s, m, Some(vgpu_limiter::lend::BEST_EFFORT_FLOOR_PPM))
+                        } else {
+                            target(&s, m)
+                        }
+                    }
+                }
+            }
+            None => target(&s, m),
+        };
         if t != d.pacer.target() {
             d.pacer.set_target(t);
         }
