@@ -193,6 +193,7 @@ pub fn limits_for(s: &AllocSettings, c: &Container, devices: &[ContainerDevice])
         priority: env_value(c, keys::ENV_TASK_PRIORITY).and_then(|v| v.trim().parse().ok()),
         suspended: None,
         hold: None,
+        ..Limits::default()
     }
 }
 
