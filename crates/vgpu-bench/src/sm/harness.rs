@@ -295,12 +295,15 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
     let start_at = now_ns() + s.start_delay.as_nanos() as u64;
     let nvml = (s.engine == Engine::Gpu).then(NvmlTruth::start);
     let mut running = Vec::new();
-    let board = row.board.then(|| s.dir.join(format!("{}-boards", row.name)));
+    let board = row
+        .board
+        .then(|| s.dir.join(format!("{}-boards", row.name)));
     if let Some(b) = &board {
         let _ = std::fs::remove_dir_all(b);
         if let Err(e) = std::fs::create_dir_all(b) {
             res.failures += 1;
-            res.notes.push(format!("cannot make the board {}: {e}", b.display()));
+            res.notes
+                .push(format!("cannot make the board {}: {e}", b.display()));
         }
     }
     let sec_ns = |x: f64| (x * 1e9) as u64;

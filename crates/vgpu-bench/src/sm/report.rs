@@ -330,7 +330,11 @@ pub fn text(rep: &SmReport) -> String {
             ratio
         );
         if let Some(b) = r.busy_mean {
-            let per: Vec<String> = r.busy_per_second.iter().map(|x| format!("{x:.0}")).collect();
+            let per: Vec<String> = r
+                .busy_per_second
+                .iter()
+                .map(|x| format!("{x:.0}"))
+                .collect();
             let _ = writeln!(
                 s,
                 "{:<14}   GPU busy {b:.1} % (per second: {}); per tenant per second: {}",

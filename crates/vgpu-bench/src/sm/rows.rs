@@ -255,7 +255,13 @@ pub fn lending_rows(sms: u32) -> Vec<Row> {
         vec![a("a", Some(70)), a("be", None)],
         vec![
             check("guaranteed: 70 ± 5", Tenant(0), 1..4, 65.0, 75.0),
-            check("best effort: the rest (30 ± 5)", Tenant(1), 1..4, 25.0, 35.0),
+            check(
+                "best effort: the rest (30 ± 5)",
+                Tenant(1),
+                1..4,
+                25.0,
+                35.0,
+            ),
             check("busy ≥ 95", Busy, 1..4, 95.0, 101.0),
         ],
     ));
