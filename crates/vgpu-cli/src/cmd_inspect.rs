@@ -153,12 +153,18 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
                 what.join(", ")
             )
         };
+        let ceiling = l
+            .ceiling_for(&uuid)
+            .map_or_else(String::new, |c| format!("  SM ceiling {c}%"));
         let _ = writeln!(
             o,
-            "  [{d}] {}  {}  ({agree})",
+            "  [{d}] {}  {}{ceiling}  ({agree})",
             if uuid.is_empty() { "-" } else { &uuid },
             limit_text(l.for_device(&uuid))
         );
+        if let (Some(b), false) = (&l.board, uuid.is_empty()) {
+            o.push_str(&board_text(b, &uuid));
+        }
     }
     let _ = writeln!(
         o,
@@ -169,6 +175,45 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
         l.hold
             .map_or_else(String::new, |h| format!(", priority hold {h}%"))
     );
+    o
+}
+
+/// The GPU's lending board: every container's guarantee, ceiling, want,
+/// use and current share (docs/limiter.md, "Guarantees and ceilings").
+fn board_text(b: &limits::BoardRef, uuid: &str) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let dir = vgpu_region::board::gpu_dir(&b.dir, uuid);
+    let mut entries = Vec::new();
+    let pct = |ppm: u32| format!("{:.1}%", ppm as f64 / 10_000.0);
+    match vgpu_region::board::read(&dir, vgpu_region::monotonic_ns(), &mut entries) {
+        Err(e) => {
+            let _ = writeln!(o, "      board {}: unreadable: {e}", dir.display());
+        }
+        Ok(()) => {
+            let _ = writeln!(
+                o,
+                "      board {} (this container: {}), {} live entr{}:",
+                dir.display(),
+                b.name,
+                entries.len(),
+                if entries.len() == 1 { "y" } else { "ies" }
+            );
+            for (name, e) in &entries {
+                let _ = writeln!(
+                    o,
+                    "        {name}{}  guarantee {}  ceiling {}  wants {}  used {}  share now {}  pid {}",
+                    if *name == b.name { " (this)" } else { "" },
+                    pct(e.guarantee_ppm),
+                    pct(e.ceiling_ppm),
+                    pct(e.want_ppm),
+                    pct(e.used_ppm),
+                    pct(e.pace_ppm),
+                    e.pid
+                );
+            }
+        }
+    }
     o
 }
 

@@ -325,7 +325,11 @@ pub fn text(rep: &SmReport) -> String {
             opt(r.achieved, 1),
             opt(r.mae_points, 2),
             r.settled_s.map_or("never".into(), |x| format!("{x:.0} s")),
-            if r.target_met { "yes" } else { "no" },
+            match (r.informational, r.target_met) {
+                (true, _) => "info",
+                (false, true) => "yes",
+                (false, false) => "no",
+            },
             tenants.join(", "),
             ratio
         );
@@ -378,7 +382,7 @@ pub fn text(rep: &SmReport) -> String {
         let rows: Vec<&RowResult> = rep
             .rows
             .iter()
-            .filter(|r| r.engine == engine && r.overhead.is_none())
+            .filter(|r| r.engine == engine && r.overhead.is_none() && !r.informational)
             .collect();
         if rows.is_empty() {
             continue;
@@ -392,8 +396,17 @@ pub fn text(rep: &SmReport) -> String {
             .sum();
         let _ = writeln!(
             s,
-            "{engine}: targets met in {met}/{} rows; {failed} tenant(s) failed",
-            rows.len()
+            "{engine}: targets met in {met}/{} rows; {failed} tenant(s) failed{}",
+            rows.len(),
+            match rep
+                .rows
+                .iter()
+                .filter(|r| r.engine == engine && r.informational)
+                .count()
+            {
+                0 => String::new(),
+                n => format!(" ({n} fixed-cap comparison rows shown, not judged)"),
+            }
         );
     }
     s
