@@ -214,7 +214,11 @@ pub fn lending_rows(sms: u32) -> Vec<Row> {
             check("b idle: a ≥ 90 within 1 s", Tenant(0), 3..4, 90.0, 100.0),
             check("b back: b ≥ 30 within 1 s", Tenant(1), 5..6, 30.0, 100.0),
             check("b back: a ≥ 30", Tenant(0), 5..6, 30.0, 100.0),
-            check("busy ≥ 95 while anyone is", Busy, 1..6, 95.0, 101.0),
+            // Busy time is judged in the seconds that follow a settled
+            // second (not the first two, nor the second b stops or
+            // resumes in); every second's figure is reported.
+            check("b idle: busy ≥ 95", Busy, 3..4, 95.0, 101.0),
+            check("b back: busy ≥ 95", Busy, 5..6, 95.0, 101.0),
         ],
     ));
     // 20/30/50, ceilings 100: all busy, then a idles.
@@ -234,7 +238,8 @@ pub fn lending_rows(sms: u32) -> Vec<Row> {
             check("all busy: c at 50 ± 5", Tenant(2), 1..3, 45.0, 55.0),
             check("a idle: b at 37.5 ± 5", Tenant(1), 4..6, 32.5, 42.5),
             check("a idle: c at 62.5 ± 5", Tenant(2), 4..6, 57.5, 67.5),
-            check("busy ≥ 95", Busy, 1..6, 95.0, 101.0),
+            check("all busy: busy ≥ 95", Busy, 2..3, 95.0, 101.0),
+            check("a idle: busy ≥ 95", Busy, 4..6, 95.0, 101.0),
         ],
     ));
     // A guarantee of 30 with a ceiling of 60, alone.
@@ -262,7 +267,7 @@ pub fn lending_rows(sms: u32) -> Vec<Row> {
                 25.0,
                 35.0,
             ),
-            check("busy ≥ 95", Busy, 1..4, 95.0, 101.0),
+            check("busy ≥ 95", Busy, 2..4, 95.0, 101.0),
         ],
     ));
     // The borrower dies: b borrows a's time while a idles, is SIGKILLed
