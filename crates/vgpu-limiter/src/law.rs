@@ -83,20 +83,21 @@ pub fn bounds(share_ppm: u32, p: &Params) -> Bounds {
     Bounds::new(cap, -floor)
 }
 
-/// Most refill rate, ppm of wall time in marker time: ten devices' worth
-/// (the share over the least correction, `sampler::MIN_CORRECTION`).
+/// Most refill rate, ppm of wall time: the whole device. The rate is in
+/// marker time, which a neighbour's slices inside our bursts inflate, so a
+/// container at the edge (markers reading about the whole wall) could use
+/// more; 110 % was tried against the pair rows' shortfall and let a
+/// priority-held container beside a flat-out neighbour run 5 points over
+/// its hold (model: 25 % held at 20), with no clear gain on the pairs: the
+/// shortfall was the drained bursts and the empty queue (`Meter::
+/// close_or_drop_all`, `Params::lookahead_ns`).
 pub const MAX_RATE_PPM: u32 = PPM;
 
 /// Refill rate in ppm of wall time: the share divided by the measurement
 /// correction (truth ÷ markers). Markers that read 2× the device's own
 /// accounting (a neighbour's time inside our spans) refill 2× as fast, so
-/// the container still gets its share of real device time.
-///
-/// The rate is in marker time, so it may exceed the whole device: a 70 %
-/// container whose markers read 1.5× the truth (a neighbour's slices
-/// inside its bursts) must refill at 105 % of wall time in marker time. A
-/// cap at 100 % held it at 100/1.5 = 67 % of the device, the pair rows'
-/// shortfall (66.2 of 70, 85.1 of 90) with the device idle meanwhile.
+/// the container still gets its share of real device time. At most the
+/// whole device.
 pub fn rate_ppm(share_ppm: u32, correction_ppm: u32) -> u32 {
     let c = correction_ppm.max(1) as u64;
     ((share_ppm as u64 * PPM as u64) / c).min(MAX_RATE_PPM as u64) as u32

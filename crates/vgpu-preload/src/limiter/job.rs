@@ -122,9 +122,10 @@ fn tick(l: &Limiter) {
             now - st.sample_ns
         };
         st.sample_ns = now;
-        if window > 0 {
-            sample(l, &mut st, now, window);
-        }
+        // The first call only primes the counters, so the first window
+        // is usable one window later, not two (the correction settles
+        // sooner after a start).
+        sample(l, &mut st, now, window);
     }
     if l.devs.iter().any(|d| !d.pacer.target().is_pass()) {
         // Identity sharpens the correction; resolved or retried here,
@@ -319,7 +320,7 @@ fn sample(l: &Limiter, st: &mut State, now: u64, window_ns: u64) {
             }
             all += delta;
         }
-        if fresh {
+        if fresh || window_ns == 0 {
             // The first window has no previous counters to subtract.
             continue;
         }
