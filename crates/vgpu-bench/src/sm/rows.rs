@@ -147,9 +147,10 @@ fn lending(
     }
 }
 
-/// The same row in the fixed-cap mode (no ceiling: each guarantee is a
-/// cap), for the busy time the cap achieves on the same load. Its checks:
-/// no tenant above its cap (+5), none below it while busy beside others.
+/// The same row in the fixed-cap mode (no ceiling, no board: each
+/// guarantee is a cap and a tenant without one is unpaced, as before
+/// lending), for the busy time the cap achieves on the same load. Its
+/// check: no tenant above its cap (+5).
 fn capped(r: &Row) -> Row {
     let tenants: Vec<TenantRow> = r
         .tenants
@@ -181,6 +182,7 @@ fn capped(r: &Row) -> Row {
         tenants,
         checks,
         informational: true,
+        board: false,
         ..r.clone()
     }
 }
