@@ -349,8 +349,10 @@ fn sample(l: &Limiter, st: &mut State, now: u64, window_ns: u64) {
         let p = dj.corr.step(&w);
         if d.pacer.target().is_pass() {
             d.bucket.set_correction_ppm(PPM);
+            d.bucket.set_rate_cap_ppm(PPM);
         } else {
             d.bucket.set_correction_ppm(p.correction_ppm);
+            d.bucket.set_rate_cap_ppm(p.rate_cap_ppm);
         }
         d.bucket
             .set_utilization(p.util_ppm, p.source.code(), now, window_ns);
