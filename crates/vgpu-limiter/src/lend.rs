@@ -312,17 +312,17 @@ mod tests {
                     break;
                 }
                 let each = left / k;
-                for i in 0..n {
-                    if demand[i] > 0 {
-                        let t = demand[i].min(each);
-                        got[i] += t;
-                        demand[i] -= t;
+                for (d, g) in demand.iter_mut().zip(got.iter_mut()) {
+                    if *d > 0 {
+                        let t = (*d).min(each);
+                        *g += t;
+                        *d -= t;
                         left -= t;
                     }
                 }
             }
-            for i in 0..n {
-                self.used[i] = got[i] as u32;
+            for (i, g) in got.iter().enumerate() {
+                self.used[i] = *g as u32;
                 let hungry = self.busy[i] && self.alive[i];
                 if self.alive[i] {
                     self.members[i].want_ppm =

@@ -167,11 +167,7 @@ impl Corrector {
             correction_ppm: self.c_ppm,
             util_ppm: util.min(PPM),
             source,
-            rate_cap_ppm: if short {
-                crate::law::MAX_RATE_PPM
-            } else {
-                PPM
-            },
+            rate_cap_ppm: if short { crate::law::MAX_RATE_PPM } else { PPM },
         }
     }
 }

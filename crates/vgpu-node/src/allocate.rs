@@ -324,7 +324,9 @@ pub fn plan(
     let board_entries: Vec<PathBuf> = uuids.iter().map(|u| l.board_entry(u, &key)).collect();
     for (u, host) in uuids.iter().zip(&board_entries) {
         mounts.push(mount(
-            PathBuf::from(layout::CONTAINER_BOARDS_DIR).join(u).join(&key),
+            PathBuf::from(layout::CONTAINER_BOARDS_DIR)
+                .join(u)
+                .join(&key),
             host,
             false,
         ));

@@ -375,7 +375,8 @@ pub fn default_rows() -> Vec<Row> {
             t("free", None, Async, SHORT_NS),
         ],
     ));
-    for sms in [188] {
+    {
+        let sms = 188;
         v.push(row(
             &format!("pair-30-70-{sms}"),
             &format!("two tenants, 30 % and 70 %, {sms} SMs"),
