@@ -511,7 +511,7 @@ mod tests {
             .all(|m| m.container_path != "/etc/ld.so.preload"));
         assert_eq!(
             p.limits.render(),
-            "vgpu-limits 1\ndevice GPU-a memory=1572864000\npolicy disable\n"
+            "vgpu-limits 1\ndevice GPU-a memory=1572864000\npolicy disable\nboard /etc/vgpu-boards u_main\n"
         );
         // "false" or junk keeps the preload.
         let p = plan(&s, "u", &ctr(&[("CUDA_DISABLE_CONTROL", "no")]), &d).unwrap();
