@@ -623,6 +623,51 @@ mod tests {
     }
 
     #[test]
+    fn shows_ceilings_and_each_containers_share_on_the_board() {
+        let dir = TempDir::new();
+        let (_p, r) = inspect_region(dir.path());
+        let boards = dir.path().join("boards");
+        std::fs::create_dir(&boards).unwrap();
+        let now = vgpu_region::monotonic_ns();
+        for (name, g, pace) in [("me", 300_000, 700_000), ("other", 300_000, 300_000)] {
+            let mut w = vgpu_region::board::Writer::open(
+                &vgpu_region::board::gpu_dir(&boards, "GPU-inspect-0"),
+                name,
+            )
+            .unwrap();
+            w.publish(&vgpu_region::board::Entry {
+                guarantee_ppm: g,
+                ceiling_ppm: 1_000_000,
+                want_ppm: 1_000_000,
+                used_ppm: pace,
+                pace_ppm: pace,
+                pid: 7,
+                heartbeat_ns: now,
+                seq: 0,
+            })
+            .unwrap();
+        }
+        let file = dir.path().join("limits");
+        std::fs::write(
+            &file,
+            format!(
+                "vgpu-limits 1\ndevice * sm=30\nsm-ceiling * 100\nboard {} me\n",
+                boards.display()
+            ),
+        )
+        .unwrap();
+        let out = render_limits(&file, &limits::read_limits_file(&file), &r);
+        for want in [
+            "SM limit 30%  SM ceiling 100%",
+            "(this container: me), 2 live entries:",
+            "me (this)  guarantee 30.0%  ceiling 100.0%  wants 100.0%  used 70.0%  share now 70.0%",
+            "other  guarantee 30.0%  ceiling 100.0%  wants 100.0%  used 30.0%  share now 30.0%",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
+    }
+
+    #[test]
     fn shows_the_limits_file_and_whether_the_header_agrees() {
         let dir = TempDir::new();
         let (p, r) = inspect_region(dir.path());
