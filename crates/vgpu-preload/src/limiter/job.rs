@@ -194,16 +194,11 @@ fn refresh(l: &Limiter, st: &mut State, now: u64) {
                         if !dj.lend.logged {
                             dj.lend.logged = true;
                             crate::warn!(
-                                "SM lending on CUDA device {}: {e}; pacing at the guarantee (best effort: at {} %) until the board works",
-                                d.ord,
-                                vgpu_limiter::lend::BEST_EFFORT_FLOOR_PPM / 10_000
+                                "SM lending on CUDA device {}: {e}; no lending until the board works: the SM limit is a fixed cap, no limit is none (as without a board)",
+                                d.ord
                             );
                         }
-                        if s.elastic() && s.sm_limit.is_none() {
-                            target_with(&s, m, Some(vgpu_limiter::lend::BEST_EFFORT_FLOOR_PPM))
-                        } else {
-                            target(&s, m)
-                        }
+                        target(&s, m)
                     }
                 }
             }

@@ -6,9 +6,9 @@
 //! little), then every process reads the GPU's board and computes the
 //! share it paces at (`vgpu_limiter::lend`).
 //!
-//! A board that cannot be used never raises a share: a guaranteed
-//! container paces at its guarantee (the fixed cap), a best-effort one at
-//! the best-effort floor (fail closed), and it says so once.
+//! A board that cannot be used never raises a share: the container paces
+//! as it would without a board (its limit a fixed cap, no limit none),
+//! and it says so once.
 use std::path::{Path, PathBuf};
 
 use vgpu_limiter::lend::{self, Member};
