@@ -94,8 +94,10 @@ impl DevLend {
             Some(i) => {
                 // Our own floor and ceiling are the operator's, whatever
                 // the entry says.
-                self.members[i].guarantee_ppm = g;
-                self.members[i].ceiling_ppm = c;
+                if let Some(m) = self.members.get_mut(i) {
+                    m.guarantee_ppm = g;
+                    m.ceiling_ppm = c;
+                }
                 i
             }
             None => {
