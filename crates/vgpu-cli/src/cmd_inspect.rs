@@ -153,12 +153,18 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
                 what.join(", ")
             )
         };
+        let ceiling = l
+            .ceiling_for(&uuid)
+            .map_or_else(String::new, |c| format!("  SM ceiling {c}%"));
         let _ = writeln!(
             o,
-            "  [{d}] {}  {}  ({agree})",
+            "  [{d}] {}  {}{ceiling}  ({agree})",
             if uuid.is_empty() { "-" } else { &uuid },
             limit_text(l.for_device(&uuid))
         );
+        if let (Some(b), false) = (&l.board, uuid.is_empty()) {
+            o.push_str(&board_text(b, &uuid));
+        }
     }
     let _ = writeln!(
         o,
@@ -169,6 +175,45 @@ pub fn render_limits(file: &Path, lim: &Result<limits::Limits, LimitsError>, r: 
         l.hold
             .map_or_else(String::new, |h| format!(", priority hold {h}%"))
     );
+    o
+}
+
+/// The GPU's lending board: every container's guarantee, ceiling, want,
+/// use and current share (docs/limiter.md, "Guarantees and ceilings").
+fn board_text(b: &limits::BoardRef, uuid: &str) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let dir = vgpu_region::board::gpu_dir(&b.dir, uuid);
+    let mut entries = Vec::new();
+    let pct = |ppm: u32| format!("{:.1}%", ppm as f64 / 10_000.0);
+    match vgpu_region::board::read(&dir, vgpu_region::monotonic_ns(), &mut entries) {
+        Err(e) => {
+            let _ = writeln!(o, "      board {}: unreadable: {e}", dir.display());
+        }
+        Ok(()) => {
+            let _ = writeln!(
+                o,
+                "      board {} (this container: {}), {} live entr{}:",
+                dir.display(),
+                b.name,
+                entries.len(),
+                if entries.len() == 1 { "y" } else { "ies" }
+            );
+            for (name, e) in &entries {
+                let _ = writeln!(
+                    o,
+                    "        {name}{}  guarantee {}  ceiling {}  wants {}  used {}  share now {}  pid {}",
+                    if *name == b.name { " (this)" } else { "" },
+                    pct(e.guarantee_ppm),
+                    pct(e.ceiling_ppm),
+                    pct(e.want_ppm),
+                    pct(e.used_ppm),
+                    pct(e.pace_ppm),
+                    e.pid
+                );
+            }
+        }
+    }
     o
 }
 
@@ -575,6 +620,51 @@ mod tests {
         )
         .unwrap();
         (p, r)
+    }
+
+    #[test]
+    fn shows_ceilings_and_each_containers_share_on_the_board() {
+        let dir = TempDir::new();
+        let (_p, r) = inspect_region(dir.path());
+        let boards = dir.path().join("boards");
+        std::fs::create_dir(&boards).unwrap();
+        let now = vgpu_region::monotonic_ns();
+        for (name, g, pace) in [("me", 300_000, 700_000), ("other", 300_000, 300_000)] {
+            let mut w = vgpu_region::board::Writer::open(
+                &vgpu_region::board::gpu_dir(&boards, "GPU-inspect-0"),
+                name,
+            )
+            .unwrap();
+            w.publish(&vgpu_region::board::Entry {
+                guarantee_ppm: g,
+                ceiling_ppm: 1_000_000,
+                want_ppm: 1_000_000,
+                used_ppm: pace,
+                pace_ppm: pace,
+                pid: 7,
+                heartbeat_ns: now,
+                seq: 0,
+            })
+            .unwrap();
+        }
+        let file = dir.path().join("limits");
+        std::fs::write(
+            &file,
+            format!(
+                "vgpu-limits 1\ndevice * sm=30\nsm-ceiling * 100\nboard {} me\n",
+                boards.display()
+            ),
+        )
+        .unwrap();
+        let out = render_limits(&file, &limits::read_limits_file(&file), &r);
+        for want in [
+            "SM limit 30%  SM ceiling 100%",
+            "(this container: me), 2 live entries:",
+            "me (this)  guarantee 30.0%  ceiling 100.0%  wants 100.0%  used 70.0%  share now 70.0%",
+            "other  guarantee 30.0%  ceiling 100.0%  wants 100.0%  used 30.0%  share now 30.0%",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
     }
 
     #[test]

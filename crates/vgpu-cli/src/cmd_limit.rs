@@ -20,9 +20,15 @@ pub struct Args {
     /// "none" removes the limit.
     #[arg(long)]
     pub memory: Option<String>,
-    /// New SM limit in percent (0, 100 or "none" = no limit).
-    #[arg(long)]
+    /// New SM limit in percent (0, 100 or "none" = no limit): the
+    /// guarantee (docs/limiter.md, "Guarantees and ceilings").
+    #[arg(long, visible_alias = "sm-guarantee")]
     pub sm: Option<String>,
+    /// New SM ceiling in percent ("none" removes it: the guarantee is a
+    /// fixed cap): the most the container may reach while the GPU's other
+    /// containers leave time unused (lending needs a `board` line).
+    #[arg(long)]
+    pub sm_ceiling: Option<String>,
     /// Only this device (the region's index; default: every device).
     #[arg(long)]
     pub device: Option<u32>,
@@ -70,9 +76,21 @@ pub fn read_existing(path: &Path) -> anyhow::Result<Option<LimitsFile>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.memory.is_none() && args.sm.is_none() && args.hold.is_none() {
-        bail!("nothing to change: give --memory, --sm and/or --hold");
+    if args.memory.is_none()
+        && args.sm.is_none()
+        && args.hold.is_none()
+        && args.sm_ceiling.is_none()
+    {
+        bail!("nothing to change: give --memory, --sm, --sm-ceiling and/or --hold");
     }
+    let ceiling = match args.sm_ceiling.as_deref() {
+        None => None,
+        Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
+        Some(s) => match s.trim().trim_end_matches('%').parse::<u32>() {
+            Ok(n) if (1..=100).contains(&n) => Some(Some(n)),
+            _ => bail!("--sm-ceiling: {s:?} is not a percent 1..=100 or none"),
+        },
+    };
     let hold = match args.hold.as_deref() {
         None => None,
         Some(s) if s.eq_ignore_ascii_case("none") => Some(None),
@@ -142,6 +160,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(s) = sm {
             line.sm = s;
         }
+        if let Some(c) = ceiling {
+            l.set_ceiling(t, c);
+        }
     }
     if let Some(h) = hold {
         l.hold = h;
@@ -158,13 +179,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .as_ref()
             .and_then(|o| o.devices.iter().find(|x| x.device == *t).cloned());
         let after = l.devices.iter().find(|x| x.device == *t);
+        let ceil = |f: &LimitsFile| {
+            f.ceilings
+                .iter()
+                .find(|(d, _)| d == t)
+                .map(|(_, c)| u64::from(*c))
+        };
         println!(
-            "  device {}: memory {} -> {}, SM {} -> {}",
+            "  device {}: memory {} -> {}, SM {} -> {}, SM ceiling {} -> {}",
             t.as_str(),
             show(before.as_ref().and_then(|b| b.memory), ""),
             show(after.and_then(|a| a.memory), ""),
             show(before.as_ref().and_then(|b| b.sm).map(u64::from), "%"),
             show(after.and_then(|a| a.sm).map(u64::from), "%"),
+            show(old.as_ref().and_then(ceil), "%"),
+            show(ceil(&l), "%"),
         );
     }
     match region {
@@ -299,7 +328,28 @@ mod tests {
             device: dev,
             limits: None,
             hold: None,
+            sm_ceiling: None,
         }
+    }
+
+    #[test]
+    fn a_ceiling_is_set_and_removed_in_the_file() {
+        let dir = TempDir::new();
+        let (p, _r) = region(dir.path());
+        let mut a = args(&p, None, Some("30"), None);
+        a.sm_ceiling = Some("80".into());
+        run(a).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert_eq!(f.ceiling_for("GPU-anything"), Some(80));
+        assert_eq!(f.for_device("GPU-anything").sm, Some(30));
+        let mut a = args(&p, None, None, None);
+        a.sm_ceiling = Some("none".into());
+        run(a).unwrap();
+        let f = limits::read_limits_file(&limits::path_for_region(&p)).unwrap();
+        assert_eq!(f.ceiling_for("GPU-anything"), None);
+        let mut a = args(&p, None, None, None);
+        a.sm_ceiling = Some("0".into());
+        assert!(run(a).unwrap_err().to_string().contains("--sm-ceiling"));
     }
 
     #[test]

@@ -471,6 +471,10 @@ pub fn limits(share: &Share, alloc: &AllocSettings) -> Limits {
         priority: None,
         suspended: None,
         hold: None,
+        // A share's cores are a fixed cap (the guarantee is the ceiling):
+        // DRA shares take no part in lending yet (no board entry).
+        ceilings: Vec::new(),
+        board: None,
     }
 }
 

@@ -5,6 +5,8 @@
 //!   pace to, HAMi's names.
 //! - [`law`]: the token bucket in GPU time over the container's shared
 //!   bucket (`vgpu_region::pacing`); `gate` per launch.
+//! - [`lend`]: guarantees and ceilings: how a GPU's containers lend
+//!   unused time to one another (the allocation every member computes).
 //! - [`meter`]: stream-event markers around bursts of launches, so every
 //!   charge is replaced by what the device spent.
 //! - [`estimate`]: the charge before the measurement.
@@ -21,6 +23,7 @@
 
 pub mod estimate;
 pub mod law;
+pub mod lend;
 pub mod meter;
 #[cfg(feature = "model")]
 pub mod model;
@@ -32,5 +35,5 @@ pub use estimate::Kind;
 pub use law::{Decision, Params};
 pub use meter::{Elapsed, Markers};
 pub use pacer::{Admit, Cells, Pacer, Ticket};
-pub use policy::{target, Measurement, Policy, Priority, Settings, Target, PPM};
+pub use policy::{target, target_with, Measurement, Policy, Priority, Settings, Target, PPM};
 pub use sampler::{Corrector, Published, Window};

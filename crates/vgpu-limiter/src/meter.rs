@@ -291,6 +291,25 @@ impl<M: Copy> Meter<M> {
         }
     }
 
+    /// As [`close_all`](Self::close_all), but a burst whose stream
+    /// probably drained since its last launch (the launching thread was
+    /// away: a loaded CPU) is dropped, not measured: its end marker,
+    /// recorded now on an idle stream, would count the idle gap as the
+    /// container's time and charge it for time the device sat idle.
+    pub fn close_or_drop_all<K: Markers<Mark = M>>(&mut self, k: &K, now_ns: u64, p: &Params) {
+        for i in 0..OPEN {
+            let Some(o) = self.open[i] else { continue };
+            if o.launches == 0 {
+                continue;
+            }
+            if self.drained(&o, now_ns, p) {
+                self.drop_open(k, i);
+            } else {
+                self.close(k, i, now_ns);
+            }
+        }
+    }
+
     /// The oldest closed burst, once its markers have happened.
     pub fn poll<K: Markers<Mark = M>>(&mut self, k: &K) -> Option<Measured> {
         if self.len == 0 {
@@ -612,6 +631,40 @@ mod tests {
         *k.refuse.borrow_mut() = true;
         assert!(!m2.before_launch(&k, 0, 1, Kind::Kernel, &p));
         assert_eq!(m2.stats().failures, 1);
+    }
+
+    #[test]
+    fn a_burst_closed_after_the_thread_was_away_is_dropped_not_measured() {
+        let p = Params::default();
+        let k = Fake::default();
+        let mut m = Meter::default();
+        let launch = |m: &mut Meter<u32>, at: u64| {
+            m.before_launch(&k, at, 1, Kind::Kernel, &p);
+            m.after_launch(
+                &k,
+                at,
+                Launched {
+                    stream: 1,
+                    charged_ns: 50_000,
+                    ok: true,
+                    estimated: true,
+                },
+                &p,
+            );
+        };
+        // Closed at once (the gate said wait right after a launch): measured.
+        launch(&mut m, 0);
+        m.close_or_drop_all(&k, 20_000, &p);
+        assert_eq!((m.pending(), m.stats().dropped), (1, 0));
+        // Closed 50 ms after its last launch (the thread was descheduled):
+        // its end marker would count the idle gap; dropped.
+        launch(&mut m, 1_000_000);
+        m.close_or_drop_all(&k, 51_000_000, &p);
+        assert_eq!((m.pending(), m.stats().dropped), (1, 1));
+        // close_all (a synchronize) still measures.
+        launch(&mut m, 60_000_000);
+        m.close_all(&k, 110_000_000);
+        assert_eq!(m.pending(), 2);
     }
 
     #[test]

@@ -623,6 +623,7 @@ pub fn run(s: &Scenario) -> Outcome {
                 let p = correctors[c].step(&w);
                 let b = buckets[c].bucket();
                 b.set_correction_ppm(p.correction_ppm);
+                b.set_rate_cap_ppm(p.rate_cap_ppm);
                 b.set_utilization(p.util_ppm, p.source.code(), t, s.sample_every_ns);
                 out.util[c].push((t, p.util_ppm));
             }

@@ -178,7 +178,7 @@ impl<M: Copy> Pacer<M> {
             // What blocks us must get measured: an open burst (of another
             // kind, before a probe) closes now, or it would wait for a
             // launch that cannot come.
-            g.meter.close_all(k, now_ns);
+            g.meter.close_or_drop_all(k, now_ns, p);
             let wait = (g.meter.unmeasured_ns() / 2).clamp(p.min_wait_ns, p.period_ns);
             return Admit::Wait {
                 until_ns: now_ns + wait,
@@ -199,8 +199,10 @@ impl<M: Copy> Pacer<M> {
             Decision::Wait { until_ns } => {
                 bucket.count_wait();
                 // The stream may run dry while we wait: measure what is
-                // queued now, so no burst spans the idle time.
-                g.meter.close_all(k, now_ns);
+                // queued now, so no burst spans the idle time (one whose
+                // stream already drained while this thread was away is
+                // dropped).
+                g.meter.close_or_drop_all(k, now_ns, p);
                 Admit::Wait { until_ns }
             }
         }
@@ -429,9 +431,11 @@ mod tests {
         let c = bucket.bucket().credit();
         assert!(c >= b.floor_ns && c <= b.cap_ns, "credit {c}");
         // 20 ms of simulated time at 30 %: about 6 ms of 40 µs launches,
-        // plus the 6 ms bank; never the 20 000 asked for.
+        // plus the 6 ms bank and the lookahead; never the 20 000 asked for.
         let n = gone.load(Relaxed);
-        assert!(n > 100 && n < 400, "{n} launches went");
+        let p = Params::default();
+        let most = (6_000_000 + 6_000_000 + p.lookahead_ns) / 40_000 + 100;
+        assert!(n > 100 && n < most, "{n} launches went (most {most})");
         assert!(pacer.kernel_estimate_ns() > 0);
     }
 }

@@ -70,6 +70,37 @@ pub struct Settings {
     /// device caps this (low-priority) one at this percent. Ignored for a
     /// high-priority container.
     pub hold: Option<u32>,
+    /// SM ceiling, percent: the most it may reach while the GPU's other
+    /// containers leave time unused (`None`: the limit is a fixed cap).
+    /// Used only with a lending board (`crate::lend`).
+    pub sm_ceiling: Option<u32>,
+}
+
+impl Settings {
+    /// Lends and borrows on a board: a guaranteed container with a ceiling
+    /// above its guarantee, or a best-effort one (no limit; paced at what
+    /// the guarantees of others leave).
+    pub fn elastic(&self) -> bool {
+        match share_of_percent(self.sm_limit) {
+            Some(g) => self
+                .sm_ceiling
+                .is_some_and(|c| c.min(100) * (PPM / 100) > g),
+            None => true,
+        }
+    }
+
+    /// (guarantee, ceiling) in ppm, as published on the board: no limit
+    /// is a guarantee of 0 (best effort); no ceiling is the guarantee (a
+    /// best-effort container's: the whole device).
+    pub fn guarantee_and_ceiling(&self) -> (u32, u32) {
+        let g = share_of_percent(self.sm_limit).unwrap_or(0);
+        let c = match (self.sm_ceiling, g) {
+            (Some(c), _) => (c.clamp(1, 100) * (PPM / 100)).max(g),
+            (None, 0) => PPM,
+            (None, g) => g,
+        };
+        (g, c)
+    }
 }
 
 /// How the container's time is being measured (what the law can trust).
@@ -134,6 +165,13 @@ pub fn share_of_percent(pct: Option<u32>) -> Option<u32> {
 /// share means unlimited. A paced container whose measurement is partial is
 /// still paced, in a degraded state that says why.
 pub fn target(s: &Settings, m: Measurement) -> Target {
+    target_with(s, m, share_of_percent(s.sm_limit))
+}
+
+/// [`target`] with the share to pace at given in ppm (`None`: no limit):
+/// what lending (`crate::lend`) computed in place of the fixed limit. The
+/// other rules (suspend, disable, a priority hold) apply as they do there.
+pub fn target_with(s: &Settings, m: Measurement, limit: Option<u32>) -> Target {
     if s.suspended {
         return Target {
             state: LimiterState::Suspended,
@@ -146,7 +184,6 @@ pub fn target(s: &Settings, m: Measurement) -> Target {
             share_ppm: 0,
         };
     }
-    let limit = share_of_percent(s.sm_limit);
     let hold = if s.priority.is_high() {
         None
     } else {

@@ -50,7 +50,15 @@ pub struct Published {
     pub util_ppm: u32,
     /// What it was measured with.
     pub source: UtilSource,
+    /// Most refill rate to allow now, ppm (`law::MAX_RATE_PPM` while the
+    /// container's NVML time over the last windows is more than
+    /// [`SHORT_PPM`] below its share, else the whole device).
+    pub rate_cap_ppm: u32,
 }
+
+/// How far below its share (ppm of the device) a container's NVML time
+/// must be for its refill rate to go above the whole device.
+pub const SHORT_PPM: u32 = 20_000;
 
 /// Windows the correction averages over (with 100 ms windows, half a
 /// second: short enough to settle within a second, long enough that the
@@ -142,10 +150,24 @@ impl Corrector {
                 None => (0, UtilSource::None),
             },
         };
+        // Short of its share by NVML's own time (never by the markers'),
+        // while the device had idle time to give: let the rate above the
+        // whole device so it climbs back into the idle time. A container
+        // short because a busy neighbour time-slices the device (nothing
+        // idle) is not boosted: more credit would not buy it time.
+        let idle = w
+            .device_busy_ns
+            .is_some_and(|b| b.saturating_mul(100) < w.window_ns.saturating_mul(97));
+        let short = w.truth_ns.is_some()
+            && idle
+            && w.share_ppm > 0
+            && sw > 0
+            && (ratio(st, sw) as u64) + (SHORT_PPM as u64) < w.share_ppm as u64;
         Published {
             correction_ppm: self.c_ppm,
             util_ppm: util.min(PPM),
             source,
+            rate_cap_ppm: if short { crate::law::MAX_RATE_PPM } else { PPM },
         }
     }
 }
@@ -196,6 +218,29 @@ mod tests {
         let before = c.correction_ppm();
         assert_eq!(c.step(&idle).util_ppm, 0);
         assert_eq!(c.correction_ppm(), before);
+    }
+
+    #[test]
+    fn a_container_short_of_its_share_while_the_device_idles_may_refill_faster() {
+        let short = |truth: u64, busy: u64| {
+            let mut c = Corrector::default();
+            c.step(&Window {
+                window_ns: W,
+                truth_ns: Some(truth),
+                markers_known_ns: W,
+                markers_all_ns: W,
+                device_busy_ns: Some(busy),
+                share_ppm: 700_000,
+            })
+            .rate_cap_ppm
+        };
+        // 64 % of 70 while the device idled 8 %: above the device.
+        assert_eq!(short(W * 64 / 100, W * 92 / 100), crate::law::MAX_RATE_PPM);
+        // Within 2 points: the device.
+        assert_eq!(short(W * 69 / 100, W * 92 / 100), PPM);
+        // Short, but the device was busy throughout (a neighbour's slices):
+        // more credit would not buy time.
+        assert_eq!(short(W * 50 / 100, W), PPM);
     }
 
     #[test]

@@ -74,7 +74,7 @@ proptest! {
         }
         let bd = bounds(share, &p);
         prop_assert!(b.credit() >= bd.floor_ns && b.credit() <= bd.cap_ns);
-        prop_assert!(rate_ppm(share, correction) <= PPM);
+        prop_assert!(rate_ppm(share, correction) <= vgpu_limiter::law::MAX_RATE_PPM);
         let w = wait_for(i64::MIN, share, &p);
         prop_assert!(w >= p.min_wait_ns && w <= p.period_ns);
     }

@@ -74,7 +74,16 @@ pub struct Plan {
     pub annotations: BTreeMap<String, String>,
     /// Fully qualified CDI device names (`cdi-cri`).
     pub cdi_devices: Vec<String>,
+    /// Host paths of its entries on its GPUs' lending boards (made empty
+    /// before the container starts: each is a file mount target).
+    pub board_entries: Vec<PathBuf>,
 }
+
+/// The pod spec's SM ceiling (`CUDA_DEVICE_SM_CEILING` in the container's
+/// env, percent 1..=100): what the container may reach while the GPU's
+/// other containers leave time unused. Read from the pod spec the operator
+/// admitted, never from the process.
+pub const ENV_SM_CEILING: &str = "CUDA_DEVICE_SM_CEILING";
 
 /// The mount-point directory of the `volume-mounts` strategy (NVIDIA's
 /// container toolkit reads the device list from its entries).
@@ -193,6 +202,7 @@ pub fn limits_for(s: &AllocSettings, c: &Container, devices: &[ContainerDevice])
         priority: env_value(c, keys::ENV_TASK_PRIORITY).and_then(|v| v.trim().parse().ok()),
         suspended: None,
         hold: None,
+        ..Limits::default()
     }
 }
 
@@ -331,7 +341,7 @@ pub fn plan(
     let key = layout::container_key(pod_uid, &c.name);
     let Edits {
         envs,
-        mounts,
+        mut mounts,
         cdi_names,
     } = container_edits(s, &key, devices, !env_true(c, keys::ENV_DISABLE_CONTROL));
     let strategies = s.device_list;
@@ -344,7 +354,44 @@ pub fn plan(
     } else {
         Vec::new()
     };
-    let limits = limits_for(s, c, devices);
+    // Lending (docs/limiter.md, "Guarantees and ceilings"): the GPUs'
+    // boards read-only, the container's own entry on each writable.
+    let l = &s.layout;
+    mounts.push(mount(layout::CONTAINER_BOARDS_DIR, l.boards_dir(), true));
+    let mut uuids: Vec<&str> = Vec::new();
+    for d in devices {
+        if !uuids.contains(&d.uuid.as_str()) {
+            uuids.push(&d.uuid);
+        }
+    }
+    let board_entries: Vec<PathBuf> = uuids.iter().map(|u| l.board_entry(u, &key)).collect();
+    for (u, host) in uuids.iter().zip(&board_entries) {
+        mounts.push(mount(
+            PathBuf::from(layout::CONTAINER_BOARDS_DIR)
+                .join(u)
+                .join(&key),
+            host,
+            false,
+        ));
+    }
+    let mut limits = limits_for(s, c, devices);
+    limits.board = Some(vgpu_region::limits::BoardRef {
+        dir: PathBuf::from(layout::CONTAINER_BOARDS_DIR),
+        name: key.clone(),
+    });
+    if let Some(v) = env_value(c, ENV_SM_CEILING) {
+        let pct = v
+            .trim()
+            .trim_end_matches('%')
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| PlanError::Limits {
+                container: c.name.clone(),
+                why: format!("{ENV_SM_CEILING}={v:?} is not a percent 1..=100"),
+            })?;
+        limits.set_ceiling(&Device::Any, Some(pct));
+    }
     limits.validate().map_err(|e| PlanError::Limits {
         container: c.name.clone(),
         why: e.to_string(),
@@ -356,6 +403,7 @@ pub fn plan(
         limits,
         annotations,
         cdi_devices,
+        board_entries,
     })
 }
 
@@ -459,12 +507,29 @@ mod tests {
                 ("/tmp/vgpulock", "/tmp/vgpulock", false),
                 ("/etc/ld.so.preload", "/usr/local/vgpu/ld.so.preload", true),
                 ("/run/vgpu", "/run/vgpu", true),
+                ("/etc/vgpu-boards", "/usr/local/vgpu/boards", true),
+                (
+                    "/etc/vgpu-boards/GPU-a/uid-1_main",
+                    "/usr/local/vgpu/boards/GPU-a/uid-1_main",
+                    false
+                ),
+                (
+                    "/etc/vgpu-boards/GPU-b/uid-1_main",
+                    "/usr/local/vgpu/boards/GPU-b/uid-1_main",
+                    false
+                ),
             ]
         );
         assert_eq!(
             p.limits.render(),
-            "vgpu-limits 1\ndevice GPU-a memory=3145728000 sm=30\ndevice GPU-b memory=1073741824 sm=30\npriority 0\n"
+            "vgpu-limits 1\ndevice GPU-a memory=3145728000 sm=30\ndevice GPU-b memory=1073741824 sm=30\npriority 0\nboard /etc/vgpu-boards uid-1_main\n"
         );
+        assert_eq!(p.board_entries.len(), 2);
+        // A ceiling from the pod spec's env; a bad one refuses the container.
+        let p = plan(&settings(), "u", &ctr(&[(ENV_SM_CEILING, "80")]), &d).unwrap();
+        assert_eq!(p.limits.ceiling_for("GPU-a"), Some(80));
+        let e = plan(&settings(), "u", &ctr(&[(ENV_SM_CEILING, "0")]), &d).unwrap_err();
+        assert!(e.to_string().contains(ENV_SM_CEILING), "{e}");
     }
 
     #[test]
@@ -489,7 +554,7 @@ mod tests {
             .all(|m| m.container_path != "/etc/ld.so.preload"));
         assert_eq!(
             p.limits.render(),
-            "vgpu-limits 1\ndevice GPU-a memory=1572864000\npolicy disable\n"
+            "vgpu-limits 1\ndevice GPU-a memory=1572864000\npolicy disable\nboard /etc/vgpu-boards u_main\n"
         );
         // "false" or junk keeps the preload.
         let p = plan(&s, "u", &ctr(&[("CUDA_DISABLE_CONTROL", "no")]), &d).unwrap();

@@ -111,7 +111,23 @@ impl Layout {
     pub fn container_region_file(&self) -> PathBuf {
         self.vgpu_dir().join(REGION_FILE)
     }
+
+    /// `<hook>/vgpu/boards` (host): the GPUs' lending boards, one
+    /// directory per GPU UUID (docs/limiter.md, "Guarantees and ceilings").
+    pub fn boards_dir(&self) -> PathBuf {
+        self.vgpu_dir().join("boards")
+    }
+
+    /// `<hook>/vgpu/boards/<UUID>/<podUID>_<ctr>`: a container's entry on
+    /// one GPU's board (the one file of the board it may write).
+    pub fn board_entry(&self, uuid: &str, key: &str) -> PathBuf {
+        self.boards_dir().join(uuid).join(key)
+    }
 }
+
+/// Where a container sees the lending boards: read-only, with its own
+/// entry on each of its GPUs mounted writable on top.
+pub const CONTAINER_BOARDS_DIR: &str = "/etc/vgpu-boards";
 
 /// `<podUID>_<container>`, HAMi's directory name.
 pub fn container_key(pod_uid: &str, container: &str) -> String {

@@ -509,6 +509,16 @@ impl Monitor {
             "vgpu_container_sm_limit_ratio",
             "Configured SM limit in percent (0 = none)",
         );
+        let smceil = gauge(
+            reg,
+            "vgpu_container_sm_ceiling_ratio",
+            "Configured SM ceiling in percent: the most it may reach while others leave time unused (the limit when none; 0 = none)",
+        );
+        let smshare = gauge(
+            reg,
+            "vgpu_container_sm_share_ratio",
+            "SM share the container paces at now, percent (its guarantee plus what it borrows; 0 = not paced)",
+        );
         let driver_g = gauge(
             reg,
             "vgpu_container_driver_memory_bytes",
@@ -615,6 +625,12 @@ impl Monitor {
                     set(&lastk, l.clone(), e as f64);
                 }
                 set(&smlim, l.clone(), f64::from(r.sm_limit(d)));
+                set(&smceil, l.clone(), f64::from(r.sm_ceiling(d)));
+                set(
+                    &smshare,
+                    l.clone(),
+                    f64::from(d.pacing.share_ppm) / 10_000.0,
+                );
                 if let Some((lu, ll, lm, lut, llk)) = &legacy_c {
                     let old: Labels = vec![
                         ("podnamespace", ns.clone()),

@@ -337,6 +337,15 @@ impl ContainerRegion {
             None => d.limits.sm,
         }
     }
+
+    /// The SM ceiling of device `d`, percent (the limits file's
+    /// `sm-ceiling`; else the limit: a fixed cap; 0 = none).
+    pub fn sm_ceiling(&self, d: &vgpu_region::DeviceSnapshot) -> u32 {
+        self.limits
+            .as_ref()
+            .and_then(|l| l.ceiling_for(&d.uuid))
+            .unwrap_or_else(|| self.sm_limit(d))
+    }
 }
 
 /// The region file of a container directory: `region.cache`, else the

@@ -307,6 +307,24 @@ impl PluginCore {
             .map_err(|e| fail("the limits file", &e))?;
         layout::ensure_dir_all(&self.alloc.lock_dir, 0o1777)
             .map_err(|e| fail("the lock directory", &e))?;
+        // Each entry is a file mount target: it must exist (empty: a board
+        // reader skips it until the container writes it).
+        for entry in &plan.board_entries {
+            if let Some(gpu) = entry.parent() {
+                layout::ensure_dir_all(gpu, 0o755).map_err(|e| fail("a lending board", &e))?;
+            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(entry)
+                .map_err(|e| fail("a lending board entry", &e))?;
+            // Its container's processes, whatever their uid, write it; no
+            // other container has it mounted writable.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o666))
+                .map_err(|e| fail("a lending board entry", &e))?;
+        }
         Ok(())
     }
 

@@ -544,3 +544,73 @@ fn a_priority_hold_holds_a_low_priority_container_down() {
     th.finish();
     tl.finish();
 }
+
+/// Lending (docs/limiter.md, "Guarantees and ceilings"): a guarantee of
+/// 30 with a ceiling of 60 reaches 60 alone on its board; beside it, a
+/// container with no cores on the same board is best effort: the
+/// guaranteed one borrows what is unused up to its ceiling of 100, the
+/// best-effort one keeps only its floor.
+#[test]
+fn a_ceiling_lends_idle_time_and_best_effort_gets_what_is_left() {
+    let _x = exclusive();
+    let boards = tempfile::tempdir().unwrap();
+    let b = boards.path().display().to_string();
+    let alone = container(Some(&format!(
+        "vgpu-limits 1\ndevice * sm=30\nsm-ceiling * 60\nboard {b} alone\n"
+    )));
+    let mut t = Tenant::spawn(
+        &alone.cache,
+        &["direct", "kernel", "5000", "200", "async"],
+        &alone.env(&[]),
+    );
+    let w = t.windows(Duration::from_secs(60));
+    in_band(
+        "30 % with a ceiling of 60, alone",
+        share(&[t.pid], w[0].1 + 1_000_000_000, w[0].2),
+        60.0,
+    );
+    t.finish();
+    // The entry went stale with its container: a new pair does not see it.
+    std::thread::sleep(Duration::from_millis(200));
+    let g = container(Some(&format!(
+        "vgpu-limits 1\ndevice * sm=30\nsm-ceiling * 100\nboard {b} guaranteed\n"
+    )));
+    let be = container(Some(&format!("vgpu-limits 1\nboard {b} besteffort\n")));
+    let mut tg = Tenant::spawn(
+        &g.cache,
+        &["direct", "kernel", "5000", "200", "async"],
+        &g.env(&[]),
+    );
+    let mut tb = Tenant::spawn(
+        &be.cache,
+        &["direct", "kernel", "5000", "200", "async"],
+        &be.env(&[]),
+    );
+    let wg = tg.windows(Duration::from_secs(60));
+    let wb = tb.windows(Duration::from_secs(60));
+    let from = wg[0].1.max(wb[0].1) + 1_000_000_000;
+    let to = wg[0].2.min(wb[0].2);
+    assert!(to > from + 2_000_000_000, "overlap too short");
+    let (sg, sb) = (share(&[tg.pid], from, to), share(&[tb.pid], from, to));
+    eprintln!("BAND lending: guaranteed {sg:.1} %, best effort {sb:.1} %");
+    // Without the board they would time-slice 50/50.
+    assert!(sg >= 75.0, "the guaranteed one borrowed only to {sg:.1} %");
+    assert!(sb <= 12.0, "best effort took {sb:.1} %");
+    // The board shows both, as the node side and `vgpu inspect` read it.
+    let snap = be.snapshot();
+    let uuid = &snap.devices[0].uuid;
+    let mut entries = Vec::new();
+    vgpu_region::board::read(
+        &vgpu_region::board::gpu_dir(boards.path(), uuid),
+        vgpu_region::monotonic_ns(),
+        &mut entries,
+    )
+    .unwrap();
+    let names: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(names, ["besteffort", "guaranteed"], "{entries:?}");
+    assert_eq!(entries[1].1.guarantee_ppm, 300_000);
+    assert_eq!(entries[1].1.ceiling_ppm, 1_000_000);
+    assert_eq!(entries[0].1.guarantee_ppm, 0);
+    tg.finish();
+    tb.finish();
+}

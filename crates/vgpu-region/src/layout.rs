@@ -372,8 +372,10 @@ pub struct RawPacing {
     pub mode: AtomicU32,
     /// Measurement correction (truth / markers), ppm; 0 = none yet (1.0).
     pub correction_ppm: AtomicU32,
-    /// Reserved, zero.
-    pub _pad0: AtomicU32,
+    /// Most refill rate the sampler allows now, ppm of wall time (0: the
+    /// whole device). Above the whole device only while NVML says the
+    /// container gets less than its share (docs/limiter.md).
+    pub rate_cap_ppm: AtomicU32,
     /// Reserved, zero.
     pub _reserved0: AtomicU64,
     /// The container's utilization of the device over the last window, ppm.

@@ -23,6 +23,8 @@
 //! and every wait is bounded.
 
 #[cfg(not(loom))]
+pub mod board;
+#[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
 mod copy;

@@ -117,6 +117,25 @@ pub struct Limits {
     /// while a busy high-priority container shares the device; a
     /// low-priority container paces at `min(limit, hold)` (docs/limiter.md).
     pub hold: Option<u32>,
+    /// `sm-ceiling <UUID|*> <percent>` lines in file order: the most SM
+    /// time a device's container may reach while others leave time unused
+    /// (its `sm=` is the guarantee; no ceiling = the guarantee, a fixed
+    /// cap). Lending needs a `board` (docs/limiter.md).
+    pub ceilings: Vec<(Device, u32)>,
+    /// `board <dir> <name>`: the GPUs' lending boards and this container's
+    /// entry name on them.
+    pub board: Option<BoardRef>,
+}
+
+/// Where a container's lending boards are (`board <dir> <name>`): each
+/// GPU's board is the directory `<dir>/<UUID>`, the container's entry the
+/// file `<name>` in it (`crate::board`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BoardRef {
+    /// An absolute directory.
+    pub dir: PathBuf,
+    /// The container's entry name.
+    pub name: String,
 }
 
 /// What applies to one physical device: `None` = no limit of that kind.
@@ -188,7 +207,7 @@ pub enum ParseProblem {
         found: String,
     },
     /// A directive this build does not know.
-    #[error("unknown directive {found:?} (expected device, policy, priority or suspended)")]
+    #[error("unknown directive {found:?} (expected device, policy, priority, suspended, hold, sm-ceiling or board)")]
     UnknownDirective {
         /// The token.
         found: String,
@@ -364,7 +383,9 @@ struct Seen {
     priority: Option<usize>,
     suspended: Option<usize>,
     hold: Option<usize>,
+    board: Option<usize>,
     devices: Vec<usize>,
+    ceilings: Vec<usize>,
 }
 
 fn once(slot: &mut Option<usize>, line: usize, what: &str) -> Result<(), LimitsError> {
@@ -645,6 +666,112 @@ impl Limits {
                             })?,
                     );
                 }
+                "sm-ceiling" => {
+                    let (dev, pct) = match &toks[1..] {
+                        [d, p] => (*d, *p),
+                        [] | [_] => {
+                            return Err(perr(
+                                line,
+                                ParseProblem::MissingArgument {
+                                    directive: "sm-ceiling",
+                                    what: "a UUID or * and a percent",
+                                },
+                            ))
+                        }
+                        [_, _, extra, ..] => {
+                            return Err(perr(
+                                line,
+                                ParseProblem::ExtraArgument {
+                                    directive: "sm-ceiling",
+                                    found: (*extra).to_owned(),
+                                },
+                            ))
+                        }
+                    };
+                    let device = if dev == "*" {
+                        Device::Any
+                    } else if valid_uuid(dev) {
+                        Device::Uuid(dev.to_owned())
+                    } else {
+                        return Err(perr(
+                            line,
+                            ParseProblem::BadDevice {
+                                found: dev.to_owned(),
+                            },
+                        ));
+                    };
+                    if let Some(k) = out.ceilings.iter().position(|o| o.0.same(&device)) {
+                        return Err(perr(
+                            line,
+                            ParseProblem::Duplicate {
+                                what: format!("sm-ceiling {}", device.as_str()),
+                                first: seen.ceilings[k],
+                            },
+                        ));
+                    }
+                    let n = digits_u64(pct)
+                        .filter(|n| (1..=100).contains(n) && !pct.starts_with('0'))
+                        .ok_or_else(|| {
+                            perr(
+                                line,
+                                ParseProblem::BadValue {
+                                    what: "sm-ceiling",
+                                    found: pct.to_owned(),
+                                    expected: "a percent from 1 to 100",
+                                },
+                            )
+                        })?;
+                    seen.ceilings.push(line);
+                    out.ceilings.push((device, n as u32));
+                }
+                "board" => {
+                    once(&mut seen.board, line, "board")?;
+                    let (dir, name) = match &toks[1..] {
+                        [d, n] => (*d, *n),
+                        [] | [_] => {
+                            return Err(perr(
+                                line,
+                                ParseProblem::MissingArgument {
+                                    directive: "board",
+                                    what: "a directory and an entry name",
+                                },
+                            ))
+                        }
+                        [_, _, extra, ..] => {
+                            return Err(perr(
+                                line,
+                                ParseProblem::ExtraArgument {
+                                    directive: "board",
+                                    found: (*extra).to_owned(),
+                                },
+                            ))
+                        }
+                    };
+                    if !dir.starts_with('/') {
+                        return Err(perr(
+                            line,
+                            ParseProblem::BadValue {
+                                what: "board directory",
+                                found: dir.to_owned(),
+                                expected: "an absolute path",
+                            },
+                        ));
+                    }
+                    if !crate::board::valid_name(name) {
+                        return Err(perr(
+                            line,
+                            ParseProblem::BadValue {
+                                what: "board entry name",
+                                found: name.to_owned(),
+                                expected: "1-63 of A-Z a-z 0-9 . _ - (not starting with '.')",
+                            },
+                        ));
+                    }
+                    out.board = Some(BoardRef {
+                        dir: PathBuf::from(dir),
+                        name: name.to_owned(),
+                    });
+                }
                 other => {
                     return Err(perr(
                         line,
@@ -713,6 +840,12 @@ impl Limits {
         if let Some(h) = self.hold {
             let _ = writeln!(o, "hold {h}");
         }
+        for (d, c) in &self.ceilings {
+            let _ = writeln!(o, "sm-ceiling {} {c}", d.as_str());
+        }
+        if let Some(b) = &self.board {
+            let _ = writeln!(o, "board {} {}", b.dir.display(), b.name);
+        }
         o
     }
 
@@ -722,6 +855,33 @@ impl Limits {
         let bad = |what: String| Err(LimitsError::Invalid { what });
         if let Some(h) = self.hold.filter(|&h| h > 100) {
             return bad(format!("hold {h} (0..=100)"));
+        }
+        for (i, (d, c)) in self.ceilings.iter().enumerate() {
+            if let Device::Uuid(u) = d {
+                if !valid_uuid(u) {
+                    return bad(format!("sm-ceiling {u:?} is not a UUID-like token"));
+                }
+            }
+            if !(1..=100).contains(c) {
+                return bad(format!("sm-ceiling {} {c} (1..=100)", d.as_str()));
+            }
+            if self.ceilings[..i].iter().any(|o| o.0.same(d)) {
+                return bad(format!("sm-ceiling {} appears twice", d.as_str()));
+            }
+        }
+        if let Some(b) = &self.board {
+            let ok = b.dir.is_absolute()
+                && b.dir.to_str().is_some_and(|s| {
+                    !s.is_empty()
+                        && !s.contains(|c: char| c.is_whitespace() || c == '#' || c.is_control())
+                });
+            if !ok || !crate::board::valid_name(&b.name) {
+                return bad(format!(
+                    "board {} {:?} (an absolute path without spaces or '#', and an entry name)",
+                    b.dir.display(),
+                    b.name
+                ));
+            }
         }
         for (i, d) in self.devices.iter().enumerate() {
             if let Device::Uuid(u) = &d.device {
@@ -787,6 +947,30 @@ impl Limits {
             }
         };
         &mut self.devices[idx]
+    }
+
+    /// The SM ceiling of device `uuid` (its own `sm-ceiling` line, else
+    /// `*`'s), percent; `None`: the guarantee is the ceiling.
+    pub fn ceiling_for(&self, uuid: &str) -> Option<u32> {
+        self.ceilings
+            .iter()
+            .find(|(d, _)| matches!(d, Device::Uuid(u) if u.eq_ignore_ascii_case(uuid)))
+            .or_else(|| self.ceilings.iter().find(|(d, _)| *d == Device::Any))
+            .map(|(_, c)| *c)
+    }
+
+    /// Sets (`Some`) or removes (`None`) the ceiling line of exactly
+    /// `device`.
+    pub fn set_ceiling(&mut self, device: &Device, pct: Option<u32>) {
+        let at = self.ceilings.iter().position(|(d, _)| d.same(device));
+        match (at, pct) {
+            (Some(i), Some(p)) => self.ceilings[i].1 = p,
+            (Some(i), None) => {
+                self.ceilings.remove(i);
+            }
+            (None, Some(p)) => self.ceilings.push((device.clone(), p)),
+            (None, None) => {}
+        }
     }
 
     /// `suspended`, absent = false.
@@ -1026,6 +1210,39 @@ priority 1
         match Limits::parse(text) {
             Err(LimitsError::Parse { line, problem, .. }) => (line, problem),
             other => panic!("expected a parse error for {text:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ceilings_and_the_board() {
+        let l = Limits::parse(
+            "vgpu-limits 1\ndevice * sm=30\nsm-ceiling * 60\nsm-ceiling GPU-a 100\nboard /run/vgpu/boards pod_ctr\n",
+        )
+        .unwrap();
+        assert_eq!(l.ceiling_for("gpu-A"), Some(100));
+        assert_eq!(l.ceiling_for("GPU-b"), Some(60));
+        let b = l.board.clone().unwrap();
+        assert_eq!(b.dir, PathBuf::from("/run/vgpu/boards"));
+        assert_eq!(b.name, "pod_ctr");
+        assert_eq!(Limits::parse(&l.render()).unwrap(), l);
+        let mut m = l.clone();
+        m.set_ceiling(&Device::Any, None);
+        assert_eq!(m.ceiling_for("GPU-b"), None);
+        m.set_ceiling(&Device::Any, Some(70));
+        assert_eq!(m.ceiling_for("GPU-b"), Some(70));
+        for (bad, what) in [
+            ("sm-ceiling * 0", "sm-ceiling"),
+            ("sm-ceiling * 101", "sm-ceiling"),
+            ("sm-ceiling *", "needs"),
+            ("sm-ceiling * 5 6", "unexpected"),
+            ("sm-ceiling * 5\nsm-ceiling * 6", "already"),
+            ("board rel/dir x", "absolute"),
+            ("board /d .x", "entry name"),
+            ("board /d", "needs"),
+            ("board /d x\nboard /e y", "already"),
+        ] {
+            let e = Limits::parse(&format!("vgpu-limits 1\n{bad}\n")).unwrap_err();
+            assert!(e.to_string().contains(what), "{bad}: {e}");
         }
     }
 

@@ -182,6 +182,22 @@ impl<'a> Bucket<'a> {
         }
     }
 
+    /// Most refill rate now, ppm (the sampler's; the whole device when it
+    /// published none).
+    pub fn rate_cap_ppm(&self) -> u32 {
+        match self.cell.rate_cap_ppm.load(Relaxed) {
+            0 => 1_000_000,
+            c => c,
+        }
+    }
+
+    /// Publishes the most refill rate (the sampler).
+    pub fn set_rate_cap_ppm(&self, ppm: u32) {
+        if self.cell.rate_cap_ppm.load(Relaxed) != ppm {
+            self.cell.rate_cap_ppm.store(ppm, Relaxed);
+        }
+    }
+
     /// Publishes the measurement correction (the sampler).
     pub fn set_correction_ppm(&self, ppm: u32) {
         self.cell.correction_ppm.store(ppm.max(1), Relaxed);
@@ -379,7 +395,7 @@ pub fn zeroed_pacing() -> RawPacing {
         share_ppm: z32(),
         mode: z32(),
         correction_ppm: z32(),
-        _pad0: z32(),
+        rate_cap_ppm: z32(),
         _reserved0: z64(),
         util_ppm: z32(),
         util_source: z32(),

@@ -42,9 +42,13 @@ pub enum CardRefusal {
     ExclusiveInUse,
     /// All cores are promised; a tenant asking for none would get none.
     CoresExhausted,
+    /// Cores are guarantees (docs/limiter.md): with `deviceCoreScaling`
+    /// above 1 a card offers more than 100 cores, but the guarantees on
+    /// one card may not sum over 100 % of its time.
+    OverGuaranteed,
 }
 
-const CARD_REFUSALS: usize = 13;
+const CARD_REFUSALS: usize = 14;
 
 impl CardRefusal {
     fn all() -> [CardRefusal; CARD_REFUSALS] {
@@ -63,6 +67,7 @@ impl CardRefusal {
             InsufficientCores,
             ExclusiveInUse,
             CoresExhausted,
+            OverGuaranteed,
         ]
     }
 
@@ -82,6 +87,7 @@ impl CardRefusal {
             InsufficientCores => "insufficient free cores",
             ExclusiveInUse => "in use (100 cores asks for an unused card)",
             CoresExhausted => "all cores allocated",
+            OverGuaranteed => "cores are guarantees: they would sum over 100 % of the card",
         }
     }
 
@@ -96,6 +102,7 @@ impl CardRefusal {
                 | InsufficientCores
                 | ExclusiveInUse
                 | CoresExhausted
+                | OverGuaranteed
         )
     }
 }
@@ -393,6 +400,10 @@ fn check_card(
     }
     if d.cores.saturating_sub(u.cores) < gpu.cores {
         return Err(CardRefusal::InsufficientCores);
+    }
+    // Whatever the card offers (core scaling), guarantees fit in its time.
+    if gpu.cores > 0 && u.cores.saturating_add(gpu.cores) > 100 {
+        return Err(CardRefusal::OverGuaranteed);
     }
     if d.cores == 100 && gpu.cores == 100 && u.slots > 0 {
         return Err(CardRefusal::ExclusiveInUse);

@@ -87,6 +87,26 @@ fn limits_for(limit: Option<u32>) -> vgpu_region::limits::Limits {
     l
 }
 
+/// A lending row's container: its guarantee, `sm-ceiling * C`, and
+/// `board <dir> <name>`.
+fn lending_limits(
+    limit: Option<u32>,
+    ceiling: Option<u32>,
+    board: Option<(&Path, &str)>,
+) -> vgpu_region::limits::Limits {
+    let mut l = limits_for(limit);
+    if let Some(c) = ceiling {
+        l.set_ceiling(&vgpu_region::limits::Device::Any, Some(c));
+    }
+    if let Some((dir, name)) = board {
+        l.board = Some(vgpu_region::limits::BoardRef {
+            dir: dir.to_path_buf(),
+            name: name.to_owned(),
+        });
+    }
+    l
+}
+
 /// A tenant's container: its own directory with its region and the
 /// limits file next to it (where `vgpu limit` writes).
 fn container_paths(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -102,12 +122,12 @@ fn spawn(
     s: &Setup,
     dev: &Device,
     preload: Option<&Path>,
-    limit: Option<u32>,
+    limits: &vgpu_region::limits::Limits,
     cache: PathBuf,
     args: &TenantArgs,
 ) -> Result<Running, String> {
     let file = vgpu_region::limits::path_for_region(&cache);
-    vgpu_region::limits::write_limits_file_atomic(&file, &limits_for(limit))
+    vgpu_region::limits::write_limits_file_atomic(&file, limits)
         .map_err(|e| format!("cannot write the limits file {}: {e}", file.display()))?;
     let mut c = Command::new(&s.tenant_exe);
     c.args(args.to_args())
@@ -244,6 +264,16 @@ impl NvmlTruth {
 
 /// Runs one accuracy row.
 pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
+    let seconds = row.seconds.unwrap_or(s.seconds);
+    let s = &Setup {
+        engine: s.engine,
+        tenant_exe: s.tenant_exe.clone(),
+        preload: s.preload.clone(),
+        vgpu_lib: s.vgpu_lib.clone(),
+        seconds,
+        dir: s.dir.clone(),
+        start_delay: s.start_delay,
+    };
     let mut res = RowResult {
         name: row.name.clone(),
         what: row.what.clone(),
@@ -265,16 +295,59 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
     let start_at = now_ns() + s.start_delay.as_nanos() as u64;
     let nvml = (s.engine == Engine::Gpu).then(NvmlTruth::start);
     let mut running = Vec::new();
+    let board = row
+        .board
+        .then(|| s.dir.join(format!("{}-boards", row.name)));
+    if let Some(b) = &board {
+        let _ = std::fs::remove_dir_all(b);
+        if let Err(e) = std::fs::create_dir_all(b) {
+            res.failures += 1;
+            res.notes
+                .push(format!("cannot make the board {}: {e}", b.display()));
+        }
+    }
+    let sec_ns = |x: f64| (x * 1e9) as u64;
     for t in &row.tenants {
+        let (idle_from_ns, idle_until_ns) = t.idle.map_or((0, 0), |(a, b)| (sec_ns(a), sec_ns(b)));
         let args = TenantArgs {
             mode: t.mode,
             kernel_ns: t.kernel_ns,
             start_at_ns: start_at,
             run_ns,
             nodes: 8,
+            idle_from_ns,
+            idle_until_ns,
         };
-        let (cache, _) = container_paths(&s.dir, &format!("{}-{}", row.name, t.label));
-        running.push(spawn(s, &dev, s.preload.as_deref(), t.limit, cache, &args));
+        let name = format!("{}-{}", row.name, t.label);
+        let (cache, _) = container_paths(&s.dir, &name);
+        let limits = lending_limits(
+            t.limit,
+            t.ceiling,
+            board.as_deref().map(|b| (b, name.as_str())),
+        );
+        running.push(spawn(s, &dev, s.preload.as_deref(), &limits, cache, &args));
+    }
+    // Kills, as planned (a container that dies mid-loan).
+    let mut kills: Vec<(u64, usize)> = row
+        .tenants
+        .iter()
+        .enumerate()
+        .filter_map(|(k, t)| t.kill_at.map(|x| (start_at + sec_ns(x), k)))
+        .collect();
+    kills.sort_unstable();
+    for (at, k) in kills {
+        let now = now_ns();
+        if at > now {
+            std::thread::sleep(Duration::from_nanos(at - now));
+        }
+        if let Some(Ok(r)) = running.get_mut(k) {
+            let _ = r.child.kill();
+            res.notes.push(format!(
+                "{}: SIGKILLed at {:.1} s as planned",
+                row.tenants[k].label,
+                (now_ns() - start_at) as f64 / 1e9
+            ));
+        }
     }
     // Live changes, as `vgpu limit` makes them: the limits file, then the
     // region's display copy and its limits-generation bump.
@@ -317,16 +390,20 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
         + Duration::from_secs(20);
     let t0_wall_us = (vgpu_region::realtime_ns() - (now_ns().saturating_sub(start_at))) / 1000;
     let mut reports = Vec::new();
-    for r in running {
+    let mut pids = Vec::new();
+    for (t, r) in row.tenants.iter().zip(running) {
+        pids.push(r.as_ref().map_or(0, |x| x.child.id()));
         reports.push(match r {
+            // A planned kill leaves no report; its share is still the
+            // device's to tell.
+            Ok(r) if t.kill_at.is_some() => {
+                let _ = finish(r, deadline);
+                Ok(TenantReport::default())
+            }
             Ok(r) => finish(r, deadline).0,
             Err(e) => Err(e),
         });
     }
-    let pids: Vec<u32> = reports
-        .iter()
-        .map(|r| r.as_ref().map_or(0, |x| x.pid))
-        .collect();
     let shares = match (&nvml, s.engine) {
         (_, Engine::Gpu) => match nvml.map(|n| n.finish(&pids, t0_wall_us, s.seconds)) {
             Some(Ok(v)) => v,
@@ -381,6 +458,7 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
     }
     drop(dev);
     res.summarize(change_s);
+    res.judge_checks(&row.checks, row.informational);
     res
 }
 
@@ -425,9 +503,11 @@ pub fn run_overhead(s: &Setup, row: &Row) -> RowResult {
                 start_at_ns: 0,
                 run_ns: 1_000_000_000,
                 nodes: 1,
+                idle_from_ns: 0,
+                idle_until_ns: 0,
             };
             let (cache, _) = container_paths(&s.dir, &format!("overhead-{name}-{rep}"));
-            let r = spawn(s, &dev, *lib, *limit, cache, &args)
+            let r = spawn(s, &dev, *lib, &limits_for(*limit), cache, &args)
                 .map(|r| finish(r, Instant::now() + Duration::from_secs(30)).0);
             match r {
                 Ok(Ok(t)) if t.timed > 0 => {

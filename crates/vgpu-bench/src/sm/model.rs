@@ -14,7 +14,10 @@ use super::tenant::Mode;
 /// Runs one row on the model (`None` for the overhead row: the model has
 /// no launch calls to time).
 pub fn run_row(row: &Row, seconds: usize) -> Option<RowResult> {
-    if row.kind == RowKind::Overhead {
+    // Lending rows need a board shared by processes: the model has none
+    // (the law's lending is tested in `vgpu_limiter::lend`); their
+    // fixed-cap twins are comparisons, not targets.
+    if row.kind == RowKind::Overhead || row.board || row.informational {
         return None;
     }
     let dur = seconds as u64 * 1_000_000_000;

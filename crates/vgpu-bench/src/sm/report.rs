@@ -94,9 +94,85 @@ pub struct RowResult {
     /// Anything the reader must know (a live change that could not be
     /// applied, a failure's first lines).
     pub notes: Vec<String>,
+    /// The device's busy share of each second (every tenant's summed).
+    pub busy_per_second: Vec<f64>,
+    /// Its mean over the counted seconds (all but the first).
+    pub busy_mean: Option<f64>,
+    /// Lending rows: each band and what the seconds showed.
+    pub checks: Vec<CheckResult>,
+    /// Shown for comparison (a lending row's fixed-cap twin).
+    pub informational: bool,
+}
+
+/// One band of a lending row, judged.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CheckResult {
+    /// What it shows.
+    pub what: String,
+    /// Seconds `[from, to)`.
+    pub seconds: (usize, usize),
+    /// The band.
+    pub min: f64,
+    /// The band.
+    pub max: f64,
+    /// Lowest and highest share seen in those seconds.
+    pub seen: (f64, f64),
+    /// Every second in the band.
+    pub met: bool,
 }
 
 impl RowResult {
+    /// Busy time per second, and the checks of a lending row (which then
+    /// decide `target_met`, with the failures).
+    pub fn judge_checks(&mut self, checks: &[super::rows::Check], informational: bool) {
+        let n = self.seconds;
+        self.informational = informational;
+        self.busy_per_second = (0..n)
+            .map(|i| {
+                self.tenants
+                    .iter()
+                    .map(|t| t.per_second.get(i).copied().unwrap_or(0.0))
+                    .sum()
+            })
+            .collect();
+        if n > 1 {
+            self.busy_mean = Some(self.busy_per_second[1..].iter().sum::<f64>() / (n - 1) as f64);
+        }
+        if checks.is_empty() {
+            return;
+        }
+        self.checks = checks
+            .iter()
+            .map(|c| {
+                let vals: Vec<f64> = (c.from_s..c.to_s.min(n))
+                    .map(|i| match c.who {
+                        super::rows::Who::Busy => self.busy_per_second[i],
+                        super::rows::Who::Tenant(k) => self
+                            .tenants
+                            .get(k)
+                            .and_then(|t| t.per_second.get(i).copied())
+                            .unwrap_or(0.0),
+                    })
+                    .collect();
+                let lo = vals.iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                CheckResult {
+                    what: c.what.clone(),
+                    seconds: (c.from_s, c.to_s),
+                    min: c.min,
+                    max: c.max,
+                    seen: (lo, hi),
+                    met: !vals.is_empty() && lo >= c.min && hi <= c.max,
+                }
+            })
+            .collect();
+        for t in &mut self.tenants {
+            t.target_met = None;
+        }
+        self.ratio = None;
+        self.target_met = self.failures == 0 && self.checks.iter().all(|c| c.met);
+    }
+
     /// Fills the row-level figures from its tenants.
     pub fn summarize(&mut self, change_s: Option<usize>) {
         for t in self.tenants.iter_mut().filter(|t| t.target.is_some()) {
@@ -249,10 +325,55 @@ pub fn text(rep: &SmReport) -> String {
             opt(r.achieved, 1),
             opt(r.mae_points, 2),
             r.settled_s.map_or("never".into(), |x| format!("{x:.0} s")),
-            if r.target_met { "yes" } else { "no" },
+            match (r.informational, r.target_met) {
+                (true, _) => "info",
+                (false, true) => "yes",
+                (false, false) => "no",
+            },
             tenants.join(", "),
             ratio
         );
+        if let Some(b) = r.busy_mean {
+            let per: Vec<String> = r
+                .busy_per_second
+                .iter()
+                .map(|x| format!("{x:.0}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "{:<14}   GPU busy {b:.1} % (per second: {}); per tenant per second: {}",
+                "",
+                per.join(" "),
+                r.tenants
+                    .iter()
+                    .map(|t| format!(
+                        "{} [{}]",
+                        t.label,
+                        t.per_second
+                            .iter()
+                            .map(|x| format!("{x:.0}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        for c in &r.checks {
+            let _ = writeln!(
+                s,
+                "{:<14}   {} {}: s{}-{} in [{:.0}, {:.0}], seen {:.1}-{:.1}",
+                "",
+                if c.met { "ok  " } else { "MISS" },
+                c.what,
+                c.seconds.0,
+                c.seconds.1.saturating_sub(1),
+                c.min,
+                c.max,
+                c.seen.0,
+                c.seen.1
+            );
+        }
         for n in &r.notes {
             let _ = writeln!(s, "{:<14}   note: {n}", "");
         }
@@ -261,7 +382,7 @@ pub fn text(rep: &SmReport) -> String {
         let rows: Vec<&RowResult> = rep
             .rows
             .iter()
-            .filter(|r| r.engine == engine && r.overhead.is_none())
+            .filter(|r| r.engine == engine && r.overhead.is_none() && !r.informational)
             .collect();
         if rows.is_empty() {
             continue;
@@ -275,8 +396,17 @@ pub fn text(rep: &SmReport) -> String {
             .sum();
         let _ = writeln!(
             s,
-            "{engine}: targets met in {met}/{} rows; {failed} tenant(s) failed",
-            rows.len()
+            "{engine}: targets met in {met}/{} rows; {failed} tenant(s) failed{}",
+            rows.len(),
+            match rep
+                .rows
+                .iter()
+                .filter(|r| r.engine == engine && r.informational)
+                .count()
+            {
+                0 => String::new(),
+                n => format!(" ({n} fixed-cap comparison rows shown, not judged)"),
+            }
         );
     }
     s

@@ -64,6 +64,11 @@ pub struct TenantArgs {
     pub run_ns: u64,
     /// Kernels per graph.
     pub nodes: u32,
+    /// Idle (no launch) from this many ns after the start… (0 with
+    /// `idle_until_ns` 0: never idle).
+    pub idle_from_ns: u64,
+    /// …until this many ns after the start.
+    pub idle_until_ns: u64,
 }
 
 impl TenantArgs {
@@ -80,6 +85,10 @@ impl TenantArgs {
             self.run_ns.to_string(),
             "--nodes".into(),
             self.nodes.to_string(),
+            "--idle-from-ns".into(),
+            self.idle_from_ns.to_string(),
+            "--idle-until-ns".into(),
+            self.idle_until_ns.to_string(),
         ]
     }
 
@@ -91,6 +100,8 @@ impl TenantArgs {
             start_at_ns: 0,
             run_ns: 1_000_000_000,
             nodes: 8,
+            idle_from_ns: 0,
+            idle_until_ns: 0,
         };
         let mut it = args.iter();
         while let Some(k) = it.next() {
@@ -107,6 +118,8 @@ impl TenantArgs {
                 "--start-at" => a.start_at_ns = num(v)?,
                 "--run-ns" => a.run_ns = num(v)?,
                 "--nodes" => a.nodes = num(v)?.clamp(1, 1024) as u32,
+                "--idle-from-ns" => a.idle_from_ns = num(v)?,
+                "--idle-until-ns" => a.idle_until_ns = num(v)?,
                 _ => return Err(format!("unknown argument {k}")),
             }
         }
@@ -182,9 +195,17 @@ pub fn run(a: &TenantArgs) -> Result<TenantReport, String> {
     if a.start_at_ns > now {
         std::thread::sleep(Duration::from_nanos(a.start_at_ns - now));
     }
-    let end = a.start_at_ns.max(now) + a.run_ns;
+    let t0 = a.start_at_ns.max(now);
+    let end = t0 + a.run_ns;
+    let idle = (t0 + a.idle_from_ns, t0 + a.idle_until_ns);
     let mut times: Vec<u64> = Vec::new();
     while now_ns() < end {
+        let n = now_ns();
+        if n >= idle.0 && n < idle.1 {
+            // An idle spell: nothing launched, what was queued drains.
+            std::thread::sleep(Duration::from_nanos((idle.1 - n).min(1_000_000)));
+            continue;
+        }
         match a.mode {
             Mode::Async => {
                 let r = cu.launch(blocks);
@@ -291,6 +312,8 @@ mod tests {
             start_at_ns: 5,
             run_ns: 7,
             nodes: 3,
+            idle_from_ns: 11,
+            idle_until_ns: 13,
         };
         assert_eq!(TenantArgs::parse(&a.to_args()).unwrap(), a);
         let bad =

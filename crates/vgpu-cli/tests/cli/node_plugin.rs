@@ -18,7 +18,13 @@ fn ids(uuid: &str, n: u32) -> Vec<String> {
     (0..n).map(|i| format!("{uuid}-{i}")).collect()
 }
 
-fn expected_mounts(env: &Env, uid: &str, ctr: &str, preload: bool) -> Vec<(String, String, bool)> {
+fn expected_mounts(
+    env: &Env,
+    uid: &str,
+    ctr: &str,
+    preload: bool,
+    uuids: &[&str],
+) -> Vec<(String, String, bool)> {
     let h = env.hook.display().to_string();
     let key = format!("{uid}_{ctr}");
     let mut m = vec![
@@ -65,6 +71,20 @@ fn expected_mounts(env: &Env, uid: &str, ctr: &str, preload: bool) -> Vec<(Strin
     }
     let bdir = env.broker_sock.parent().unwrap().display().to_string();
     m.push((bdir.clone(), bdir, true));
+    // The lending boards (docs/limiter.md): read-only, the container's own
+    // entry on each of its GPUs writable.
+    m.push((
+        "/etc/vgpu-boards".to_string(),
+        format!("{h}/vgpu/boards"),
+        true,
+    ));
+    for u in uuids {
+        m.push((
+            format!("/etc/vgpu-boards/{u}/{key}"),
+            format!("{h}/vgpu/boards/{u}/{key}"),
+            false,
+        ));
+    }
     m
 }
 
@@ -217,7 +237,7 @@ async fn registration_list_and_watch_allocate_and_kubelet_restart() {
     assert_eq!(resp.container_responses.len(), 1);
     let c = &resp.container_responses[0];
     assert_eq!(envs(c), expected_env(&env, &[(&u0, 1024, 30)]));
-    assert_eq!(mounts(c), expected_mounts(&env, &uid, "main", true));
+    assert_eq!(mounts(c), expected_mounts(&env, &uid, "main", true, &[&u0]));
     assert_eq!(
         env.annotation("one", "hami.io/bind-phase").as_deref(),
         Some("success")
@@ -232,8 +252,14 @@ async fn registration_list_and_watch_allocate_and_kubelet_restart() {
         std::fs::read_to_string(env.hook.join(format!("vgpu/limits/{key}/limits"))).unwrap();
     assert_eq!(
         limits,
-        format!("vgpu-limits 1\ndevice {u0} memory={} sm=30\n", 1024 * MIB)
+        format!(
+            "vgpu-limits 1\ndevice {u0} memory={} sm=30\nboard /etc/vgpu-boards {key}\n",
+            1024 * MIB
+        )
     );
+    // Its entry on the GPU's board exists (a file mount target), empty.
+    let entry = env.hook.join(format!("vgpu/boards/{u0}/{key}"));
+    assert_eq!(std::fs::metadata(&entry).unwrap().len(), 0);
     let region_dir = env.hook.join(format!("vgpu/containers/{key}"));
     assert_eq!(
         std::fs::metadata(&region_dir).unwrap().permissions().mode() & 0o7777,
@@ -341,13 +367,16 @@ async fn multi_device_multi_container_pods_get_exact_env_and_mounts() {
         envs(c),
         expected_env(&env, &[(&u0, 2048, 50), (&u1, 4096, 50)])
     );
-    assert_eq!(mounts(c), expected_mounts(&env, &uid, "train", true));
+    assert_eq!(
+        mounts(c),
+        expected_mounts(&env, &uid, "train", true, &[&u0, &u1])
+    );
     let lim =
         std::fs::read_to_string(env.hook.join(format!("vgpu/limits/{uid}_train/limits"))).unwrap();
     assert_eq!(
         lim,
         format!(
-            "vgpu-limits 1\ndevice {u0} memory={} sm=50\ndevice {u1} memory={} sm=50\n",
+            "vgpu-limits 1\ndevice {u0} memory={} sm=50\ndevice {u1} memory={} sm=50\nboard /etc/vgpu-boards {uid}_train\n",
             2048 * MIB,
             4096 * MIB
         )
@@ -370,12 +399,15 @@ async fn multi_device_multi_container_pods_get_exact_env_and_mounts() {
         .into_inner();
     let c = &r2.container_responses[0];
     assert_eq!(envs(c), expected_env(&env, &[(&u1, 512, 0)]));
-    assert_eq!(mounts(c), expected_mounts(&env, &uid, "eval", true));
+    assert_eq!(mounts(c), expected_mounts(&env, &uid, "eval", true, &[&u1]));
     let lim =
         std::fs::read_to_string(env.hook.join(format!("vgpu/limits/{uid}_eval/limits"))).unwrap();
     assert_eq!(
         lim,
-        format!("vgpu-limits 1\ndevice {u1} memory={}\n", 512 * MIB)
+        format!(
+            "vgpu-limits 1\ndevice {u1} memory={}\nboard /etc/vgpu-boards {uid}_eval\n",
+            512 * MIB
+        )
     );
     assert_eq!(
         env.annotation("multi", "hami.io/bind-phase").as_deref(),
@@ -417,7 +449,7 @@ async fn multi_device_multi_container_pods_get_exact_env_and_mounts() {
     );
     assert_eq!(
         mounts(&r.container_responses[1]),
-        expected_mounts(&env, &uid, "b", true)
+        expected_mounts(&env, &uid, "b", true, &[&u1])
     );
     assert_eq!(
         env.annotation("pair", "hami.io/bind-phase").as_deref(),
@@ -439,7 +471,7 @@ async fn multi_device_multi_container_pods_get_exact_env_and_mounts() {
         .into_inner();
     assert_eq!(
         mounts(&r.container_responses[0]),
-        expected_mounts(&env, p.metadata.uid.as_deref().unwrap(), "c", false)
+        expected_mounts(&env, p.metadata.uid.as_deref().unwrap(), "c", false, &[&u0])
     );
 }
 

@@ -14,10 +14,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use vgpu_cuda_abi::nvmlDevice_t;
-use vgpu_limiter::{target, Corrector, Measurement, Settings, Window, PPM};
+use vgpu_limiter::{target, target_with, Corrector, Measurement, Settings, Window, PPM};
 use vgpu_region::pacing::{release_lease, try_lease};
 use vgpu_region::{DegradedReason, LimiterState, SlotId};
 
+use super::lend::{DevLend, Pace};
 use super::source;
 use super::{current, set_slow, Limiter};
 use crate::driver::{NvmlDriver, REAL_NVML};
@@ -58,6 +59,8 @@ struct DevJob {
     prev: Vec<u64>,
     /// NVML did not answer the last window (per-process samples).
     nvml_failed: bool,
+    /// Lending on the GPU's board.
+    lend: DevLend,
 }
 
 struct LimiterJob;
@@ -119,9 +122,10 @@ fn tick(l: &Limiter) {
             now - st.sample_ns
         };
         st.sample_ns = now;
-        if window > 0 {
-            sample(l, &mut st, now, window);
-        }
+        // The first call only primes the counters, so the first window
+        // is usable one window later, not two (the correction settles
+        // sooner after a start).
+        sample(l, &mut st, now, window);
     }
     if l.devs.iter().any(|d| !d.pacer.target().is_pass()) {
         // Identity sharpens the correction; resolved or retried here,
@@ -166,7 +170,40 @@ fn refresh(l: &Limiter, st: &mut State, now: u64) {
             markers,
             identity: identity && nvml_ok,
         };
-        let t = target(&s, m);
+        let t = match source::board(snap) {
+            Some(b) => {
+                let slot = match (&l.p.ledger, d.local) {
+                    (Some(led), false) => Some(led.slot().0),
+                    _ => None,
+                };
+                let now_pace = match d.pacer.target() {
+                    t if t.is_pass() => PPM,
+                    t => t.share_ppm,
+                };
+                let dj = &mut st.devs[i];
+                match dj.lend.step(b, &d.uuid, &s, &d.bucket, slot, now_pace, now) {
+                    Ok(p) => {
+                        dj.lend.logged = false;
+                        match p {
+                            _ if !s.elastic() => target(&s, m),
+                            Pace::At(share) => target_with(&s, m, Some(share)),
+                            Pace::Unlimited => target_with(&s, m, None),
+                        }
+                    }
+                    Err(e) => {
+                        if !dj.lend.logged {
+                            dj.lend.logged = true;
+                            crate::warn!(
+                                "SM lending on CUDA device {}: {e}; no lending until the board works: the SM limit is a fixed cap, no limit is none (as without a board)",
+                                d.ord
+                            );
+                        }
+                        target(&s, m)
+                    }
+                }
+            }
+            None => target(&s, m),
+        };
         if t != d.pacer.target() {
             d.pacer.set_target(t);
         }
@@ -278,7 +315,7 @@ fn sample(l: &Limiter, st: &mut State, now: u64, window_ns: u64) {
             }
             all += delta;
         }
-        if fresh {
+        if fresh || window_ns == 0 {
             // The first window has no previous counters to subtract.
             continue;
         }
@@ -307,8 +344,10 @@ fn sample(l: &Limiter, st: &mut State, now: u64, window_ns: u64) {
         let p = dj.corr.step(&w);
         if d.pacer.target().is_pass() {
             d.bucket.set_correction_ppm(PPM);
+            d.bucket.set_rate_cap_ppm(PPM);
         } else {
             d.bucket.set_correction_ppm(p.correction_ppm);
+            d.bucket.set_rate_cap_ppm(p.rate_cap_ppm);
         }
         d.bucket
             .set_utilization(p.util_ppm, p.source.code(), now, window_ns);

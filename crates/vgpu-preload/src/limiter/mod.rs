@@ -29,6 +29,7 @@ use crate::process;
 
 pub mod clock;
 mod job;
+mod lend;
 pub mod markers;
 pub mod source;
 

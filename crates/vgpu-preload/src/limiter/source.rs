@@ -2,7 +2,9 @@
 //! (`limits_source`: the operator's limits file, lowered but never raised
 //! by the environment; without a file, the environment lowered by the
 //! region's display copy; an unusable file fails closed there), plus the
-//! policy, priority, suspend and the node side's priority hold.
+//! policy, priority, suspend, the node side's priority hold, and the SM
+//! ceiling and lending board (the limits file only: lending needs the
+//! operator's board, which the environment cannot name).
 use vgpu_limiter::{Policy, Priority, Settings};
 use vgpu_region::limits;
 
@@ -55,5 +57,13 @@ pub fn settings(
         suspended: s.suspended(),
         // Applies to a low-priority container only (`vgpu_limiter::target`).
         hold: s.file.as_ref().and_then(|f| f.hold),
+        // The ceiling lends only with a board (`super::lend`).
+        sm_ceiling: s.file.as_ref().and_then(|f| f.ceiling_for(uuid)),
     }
+}
+
+/// The lending board of this process's limits (`board <dir> <name>` in
+/// the limits file; never from the environment).
+pub fn board(s: Option<&Snapshot>) -> Option<&vgpu_region::limits::BoardRef> {
+    s?.file.as_ref()?.board.as_ref()
 }

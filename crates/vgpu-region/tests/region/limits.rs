@@ -266,24 +266,40 @@ fn limits() -> impl Strategy<Value = Limits> {
         proptest::option::of(any::<i32>()),
         proptest::option::of(any::<bool>()),
         proptest::option::of(0u32..=100),
+        proptest::collection::vec((device(), 1u32..=100), 0..4),
+        proptest::option::of(("/[a-z0-9/_.-]{0,20}", "[a-z0-9_-][a-z0-9_.-]{0,20}")),
     )
-        .prop_map(|(mut devices, policy, priority, suspended, hold)| {
-            // One line per device (UUIDs compare ignoring ASCII case).
-            let mut seen: Vec<String> = Vec::new();
-            devices.retain(|d| {
-                let k = d.device.as_str().to_ascii_lowercase();
-                let fresh = !seen.contains(&k);
-                seen.push(k);
-                fresh
-            });
-            Limits {
-                devices,
-                policy,
-                priority,
-                suspended,
-                hold,
-            }
-        })
+        .prop_map(
+            |(mut devices, policy, priority, suspended, hold, mut ceilings, board)| {
+                // One line per device (UUIDs compare ignoring ASCII case).
+                let mut seen: Vec<String> = Vec::new();
+                devices.retain(|d| {
+                    let k = d.device.as_str().to_ascii_lowercase();
+                    let fresh = !seen.contains(&k);
+                    seen.push(k);
+                    fresh
+                });
+                let mut seen: Vec<String> = Vec::new();
+                ceilings.retain(|(d, _)| {
+                    let k = d.as_str().to_ascii_lowercase();
+                    let fresh = !seen.contains(&k);
+                    seen.push(k);
+                    fresh
+                });
+                Limits {
+                    devices,
+                    policy,
+                    priority,
+                    suspended,
+                    hold,
+                    ceilings,
+                    board: board.map(|(dir, name)| vgpu_region::limits::BoardRef {
+                        dir: dir.into(),
+                        name,
+                    }),
+                }
+            },
+        )
 }
 
 /// Text built from the grammar's own pieces, mangled: reaches deeper than
@@ -297,6 +313,8 @@ fn near_text() -> impl Strategy<Value = String> {
         Just("GPU-x ".to_owned()),
         Just("memory=".to_owned()),
         Just("sm=".to_owned()),
+        Just("sm-ceiling * 60\n".to_owned()),
+        Just("board /b ctr\n".to_owned()),
         Just("policy force".to_owned()),
         Just("priority -1".to_owned()),
         Just("suspended 1".to_owned()),

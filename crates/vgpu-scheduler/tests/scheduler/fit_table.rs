@@ -303,6 +303,26 @@ fn placement_table() {
             want: Err("container \"main\" needs 1 GPUs, 0 of 1 fit (1 all cores allocated)".into()),
         },
         Case {
+            name: "no over-guarantee on a card that scales its cores",
+            node: node(vec![GpuDevice {
+                cores: 200,
+                ..gpu("GPU-0", A100, 10000, 0)
+            }]),
+            used: used(&[("GPU-0", 2, 2000, 80)]),
+            pod: pod(json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10", "nvidia.com/gpucores": "30"}), none.clone()),
+            want: Err("container \"main\" needs 1 GPUs, 0 of 1 fit (1 cores are guarantees: they would sum over 100 % of the card)".into()),
+        },
+        Case {
+            name: "guarantees up to 100 on a card that scales its cores",
+            node: node(vec![GpuDevice {
+                cores: 200,
+                ..gpu("GPU-0", A100, 10000, 0)
+            }]),
+            used: used(&[("GPU-0", 2, 2000, 70)]),
+            pod: pod(json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10", "nvidia.com/gpucores": "30"}), none.clone()),
+            want: ok(&[&["GPU-0"]]),
+        },
+        Case {
             name: "insufficient cores",
             node: node(vec![gpu("GPU-0", A100, 10000, 0)]),
             used: used(&[("GPU-0", 2, 2000, 80)]),
