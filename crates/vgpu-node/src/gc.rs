@@ -380,6 +380,19 @@ impl CacheGc {
                     }
                 }
             }
+            // Its entries on the GPUs' lending boards (stale since its last
+            // process stopped; readers skip them, but they would pile up).
+            if let Ok(gpus) = std::fs::read_dir(layout.boards_dir()) {
+                for gpu in gpus.filter_map(|e| e.ok()) {
+                    let entry = gpu.path().join(&key);
+                    if std::fs::symlink_metadata(&entry).is_ok_and(|m| m.is_file()) {
+                        if let Err(e) = std::fs::remove_file(&entry) {
+                            tracing::warn!(entry = %entry.display(), "cache GC: {e}");
+                            ok = false;
+                        }
+                    }
+                }
+            }
             if ok {
                 tracing::info!(container = %key, "cache GC: removed the directories of a pod gone for {:?}", now.duration_since(since));
                 rep.removed.push(key);
@@ -432,9 +445,21 @@ mod tests {
         );
         assert!(r.removed.is_empty());
         assert_eq!(exists(&l, "gone_main"), (true, true));
+        // Lending-board entries of both pods on two GPUs.
+        for gpu in ["GPU-a", "GPU-b"] {
+            for key in ["gone_main", "here_main"] {
+                let e = l.board_entry(gpu, key);
+                std::fs::create_dir_all(e.parent().unwrap()).unwrap();
+                std::fs::write(&e, [0u8; 64]).unwrap();
+            }
+        }
         let r = gc.pass(&l, &pods, &live, GRACE, t0 + GRACE);
         assert_eq!(r.removed, vec!["gone_main".to_owned()]);
         assert_eq!(exists(&l, "gone_main"), (false, false));
+        for gpu in ["GPU-a", "GPU-b"] {
+            assert!(!l.board_entry(gpu, "gone_main").exists(), "{gpu}");
+            assert!(l.board_entry(gpu, "here_main").exists(), "{gpu}");
+        }
         // The pod that exists is never touched, whatever the time.
         let r = gc.pass(&l, &pods, &live, GRACE, t0 + GRACE * 10);
         assert!(r.removed.is_empty() && r.waiting.is_empty());

@@ -25,6 +25,7 @@
 
 pub mod agent;
 pub mod allocate;
+pub mod boards;
 pub mod broker;
 pub mod cgroup;
 pub mod config;

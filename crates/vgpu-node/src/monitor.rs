@@ -550,6 +550,27 @@ impl Monitor {
             let p = pods.by_uid.get(uid)?;
             Some((p.namespace.clone(), p.name.clone(), ctr.to_owned()))
         };
+        // Lending boards: an entry that does not match its container's
+        // limits (a tenant not following the protocol; crate::boards).
+        let audit = gauge(
+            reg,
+            "vgpu_board_audit_violations",
+            "1 for each lending-board entry that claims another guarantee or ceiling than the operator's limits, or paces above its ceiling",
+        );
+        for v in crate::boards::audit_all(&cfg.layout, vgpu_region::monotonic_ns()) {
+            let (ns, pod, ctr) = who(&v.key).unwrap_or_default();
+            set(
+                &audit,
+                vec![
+                    ("namespace", ns),
+                    ("pod", pod),
+                    ("container", ctr),
+                    ("device_uuid", v.uuid),
+                    ("reason", v.why),
+                ],
+                1.0,
+            );
+        }
         let mut errors: BTreeMap<&'static str, u64> = BTreeMap::new();
         for r in &regions {
             let Some((ns, pod, ctr)) = who(&r.key) else {
