@@ -12,12 +12,14 @@
 //! - [`cdi`]: CDI spec types and names;
 //! - [`plan`]: prepare planning (pure): shares, users, refusals, fit, limits, edits;
 //! - [`driver`]: node state, checkpoint, prepare/unprepare with files;
+//! - [`authority`]: the kubelet's socket-path `:authority`, rewritten for h2;
 //! - [`server`]: the registration and DRA gRPC services on Unix sockets;
 //! - [`publisher`]: the ResourceSlice kept in the API server.
 //!
 //! Each module imports only modules listed above it (pure ones first, I/O
 //! last); [`run`] wires them into the agent.
 
+pub mod authority;
 pub mod cdi;
 pub mod driver;
 pub mod plan;

@@ -3,7 +3,8 @@
 //! without `share_id`) on `<plugin dir>/dra.sock`, then the registration
 //! service on `<registry dir>/<driver>-reg.sock`, which the kubelet's plugin
 //! watcher finds (at its start too, so a restarted kubelet re-registers the
-//! driver unaided).
+//! driver unaided). Both accept the kubelet's socket-path `:authority`
+//! through [`crate::authority`].
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -12,9 +13,11 @@ use std::sync::Arc;
 
 use prost::Message;
 use tokio::sync::watch;
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 use vgpu_node::plugin::PluginStats;
 
+use crate::authority::LocalAuthority;
 use crate::driver::{ClaimRef, Driver};
 use crate::proto::dra_v1::{self as v1, dra_plugin_server::DraPlugin};
 use crate::proto::dra_v1beta1::{self as v1beta1, dra_plugin_server::DraPlugin as DraPluginBeta};
@@ -198,6 +201,14 @@ pub fn remove_stale_socket(path: &Path) -> Result<(), ServeError> {
     }
 }
 
+/// The connections on `listener`, each with its client's `:authority`
+/// made acceptable to h2.
+fn incoming(
+    listener: tokio::net::UnixListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<LocalAuthority<tokio::net::UnixStream>>> {
+    tokio_stream::wrappers::UnixListenerStream::new(listener).map(|c| c.map(LocalAuthority::new))
+}
+
 fn bind(path: &Path) -> Result<tokio::net::UnixListener, ServeError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|source| ServeError::Io {
@@ -235,12 +246,9 @@ pub async fn serve(
         tonic::transport::Server::builder()
             .add_service(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
             .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(svc))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(dra_listener),
-                async move {
-                    let _ = sd.wait_for(|s| *s).await;
-                },
-            ),
+            .serve_with_incoming_shutdown(incoming(dra_listener), async move {
+                let _ = sd.wait_for(|s| *s).await;
+            }),
     );
     // Registration last: the kubelet connects to dra.sock as soon as it
     // sees this socket.
@@ -253,12 +261,9 @@ pub async fn serve(
                 endpoint,
                 stats,
             }))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(reg_listener),
-                async move {
-                    let _ = sd.wait_for(|s| *s).await;
-                },
-            ),
+            .serve_with_incoming_shutdown(incoming(reg_listener), async move {
+                let _ = sd.wait_for(|s| *s).await;
+            }),
     );
     ready(&dra_sock);
     let _ = shutdown.wait_for(|s| *s).await;

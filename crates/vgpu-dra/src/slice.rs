@@ -358,14 +358,49 @@ pub fn check_kept(stored: &ResourceSlice) -> Result<(), SliceError> {
 }
 
 /// Whether two slices publish the same thing (ignoring generation and
-/// server-set metadata).
+/// server-set metadata). Quantities compare by value: the API server hands
+/// back the canonical form (`80Gi` for the `81920Mi` written), and a slice
+/// rewritten for that alone bumps the pool generation for nothing.
 pub fn same_content(a: &ResourceSlice, b: &ResourceSlice) -> bool {
-    let strip = |s: &ResourceSlice| {
-        let mut spec = s.spec.clone();
-        spec.pool.generation = 0;
-        serde_json::to_value(&spec).ok()
-    };
-    strip(a) == strip(b)
+    comparable(&a.spec) == comparable(&b.spec)
+}
+
+/// `spec` without its generation, each quantity in one form (nano-units).
+fn comparable(spec: &ResourceSliceSpec) -> ResourceSliceSpec {
+    // One that does not parse stays as written: equal only to itself.
+    fn canonical(q: &mut KQuantity) {
+        if let Ok(v) = Quantity::parse(&q.0) {
+            q.0 = format!("{}n", v.0);
+        }
+    }
+    let mut spec = spec.clone();
+    spec.pool.generation = 0;
+    for set in spec.shared_counters.iter_mut().flatten() {
+        set.counters
+            .values_mut()
+            .for_each(|c| canonical(&mut c.value));
+    }
+    for d in spec.devices.iter_mut().flatten() {
+        for used in d.consumes_counters.iter_mut().flatten() {
+            used.counters
+                .values_mut()
+                .for_each(|c| canonical(&mut c.value));
+        }
+        for cap in d.capacity.iter_mut().flat_map(|c| c.values_mut()) {
+            canonical(&mut cap.value);
+            let Some(policy) = &mut cap.request_policy else {
+                continue;
+            };
+            policy.default.iter_mut().for_each(canonical);
+            policy.valid_values.iter_mut().flatten().for_each(canonical);
+            if let Some(range) = &mut policy.valid_range {
+                canonical(&mut range.min);
+                range.step.iter_mut().for_each(canonical);
+                range.max.iter_mut().for_each(canonical);
+            }
+        }
+    }
+    spec
 }
 
 /// The memory a slice device offers, bytes.
@@ -524,6 +559,87 @@ mod tests {
             &[GpuFacts { index: 1, ..a100() }],
         );
         assert!(!same_content(&s, &other));
+    }
+
+    /// The slice as the API server returns it: each quantity in canonical
+    /// form (`81920Mi` reads back as `80Gi`).
+    fn as_stored(s: &ResourceSlice, forms: &[(&str, &str)]) -> ResourceSlice {
+        let mut v = serde_json::to_value(s).unwrap();
+        fn walk(v: &mut serde_json::Value, forms: &[(&str, &str)]) {
+            match v {
+                serde_json::Value::String(x) => {
+                    if let Some((_, to)) = forms.iter().find(|(from, _)| from == x) {
+                        *x = (*to).to_owned();
+                    }
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(|v| walk(v, forms)),
+                serde_json::Value::Object(o) => o.values_mut().for_each(|v| walk(v, forms)),
+                _ => {}
+            }
+        }
+        walk(&mut v["spec"]["devices"], forms);
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn canonical_quantities_are_the_same_content() {
+        let s = build("vgpu.io", "n1", "uid", 1, &[a100()]);
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(
+            json.contains("81920Mi") && json.contains("\"1Mi\""),
+            "{json}"
+        );
+        // What kube-apiserver stores, and other spellings of the same values.
+        for forms in [
+            &[("81920Mi", "80Gi")][..],
+            &[("81920Mi", "80Gi"), ("1Mi", "1048576")],
+            &[("100", "100"), ("1", "1")],
+            &[
+                ("1Mi", "1024Ki"),
+                ("100", "0.1k"),
+                ("81920Mi", "85899345920"),
+            ],
+        ] {
+            let mut stored = as_stored(&s, forms);
+            stored.spec.pool.generation = 4;
+            assert!(same_content(&stored, &s), "{forms:?}");
+            assert!(same_content(&s, &stored), "{forms:?}");
+        }
+        // A different value is a change, whatever its form.
+        for forms in [
+            &[("81920Mi", "79Gi")][..],
+            &[("1Mi", "1048575")],
+            &[("100", "99")],
+            &[("1", "2")],
+            &[("81920Mi", "80G")],
+            &[("1Mi", "not-a-quantity")],
+        ] {
+            let stored = as_stored(&s, forms);
+            assert!(!same_content(&stored, &s), "{forms:?}");
+        }
+        // A GPU with less memory is a change.
+        let smaller = build(
+            "vgpu.io",
+            "n1",
+            "uid",
+            1,
+            &[GpuFacts {
+                memory_total: 40 << 30,
+                ..a100()
+            }],
+        );
+        assert!(!same_content(
+            &as_stored(&s, &[("81920Mi", "80Gi")]),
+            &smaller
+        ));
+        // An attribute that changed is a change.
+        let mut other_driver = a100();
+        other_driver.driver_version = Some("550.54.15".into());
+        let newer = build("vgpu.io", "n1", "uid", 1, &[other_driver]);
+        assert!(!same_content(
+            &as_stored(&s, &[("81920Mi", "80Gi")]),
+            &newer
+        ));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The DRA driver against the API-server emulator and a kubelet played by a
 //! tonic client over the real Unix sockets, calling the exact gRPC paths;
 //! and a real driver process aborted at each prepare failpoint, then a
-//! fresh driver on the same directories.
+//! fresh driver on the same directories. The registration and DRA
+//! sockets also answer a client that sends what the kubelet's grpc-go
+//! sends: `:authority` = the percent-escaped socket path.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -456,6 +458,253 @@ async fn kubelet_calls_over_the_sockets() {
         !reg_sock.exists() && !dra_sock.exists(),
         "sockets removed at shutdown"
     );
+}
+
+/// The kubelet's plugin manager on the wire: grpc-go dialled with the bare
+/// socket path and no `WithAuthority`, so `:authority` is the
+/// percent-escaped path; HPACK with Huffman strings and incremental
+/// indexing, as grpc-go's encoder writes it.
+mod grpc_go {
+    use std::path::Path;
+
+    use httlib_hpack::{Decoder, Encoder};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
+
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    /// Huffman-coded, indexed where the tables allow (grpc-go's way).
+    pub const HUFFMAN: u8 = Encoder::HUFFMAN_NAME
+        | Encoder::HUFFMAN_VALUE
+        | Encoder::WITH_INDEXING
+        | Encoder::BEST_FORMAT;
+    /// Plain literals.
+    pub const PLAIN: u8 = Encoder::WITH_INDEXING;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// `url.PathEscape` of a socket path, as grpc-go's passthrough target.
+    pub fn authority(sock: &Path) -> String {
+        sock.display().to_string().replace('/', "%2F")
+    }
+
+    /// What came back for one call.
+    #[derive(Debug)]
+    pub enum Answer {
+        /// Header and trailer fields, and the gRPC message.
+        Ok(Vec<(String, String)>, Vec<u8>),
+        /// RST_STREAM or GOAWAY with this error code.
+        Reset(u32),
+    }
+
+    pub struct Conn {
+        s: UnixStream,
+        enc: Encoder<'static>,
+        dec: Decoder<'static>,
+        next: u32,
+    }
+
+    impl Conn {
+        pub async fn open(sock: &Path) -> Conn {
+            let mut s = UnixStream::connect(sock).await.unwrap();
+            let mut hello = PREFACE.to_vec();
+            // SETTINGS (ENABLE_PUSH 0, INITIAL_WINDOW_SIZE 4 MiB) and a
+            // connection window, as grpc-go opens.
+            hello.extend(frame(4, 0, 0, &[0, 2, 0, 0, 0, 0, 0, 4, 0, 0x40, 0, 0]));
+            hello.extend(frame(8, 0, 0, &[0, 0x3f, 0, 1]));
+            s.write_all(&hello).await.unwrap();
+            Conn {
+                s,
+                enc: Encoder::default(),
+                dec: Decoder::default(),
+                next: 1,
+            }
+        }
+
+        /// One unary call: `msg` (protobuf) to `path`.
+        pub async fn unary(
+            &mut self,
+            authority: &str,
+            path: &str,
+            msg: &[u8],
+            hpack: u8,
+        ) -> Answer {
+            let stream = self.next;
+            self.next += 2;
+            let fields = [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", path),
+                (":authority", authority),
+                ("content-type", "application/grpc"),
+                ("user-agent", "grpc-go/1.72.2"),
+                ("te", "trailers"),
+                ("grpc-timeout", "999924u"),
+            ];
+            let mut block = Vec::new();
+            for (n, v) in fields {
+                self.enc
+                    .encode(
+                        (n.as_bytes().to_vec(), v.as_bytes().to_vec(), hpack),
+                        &mut block,
+                    )
+                    .unwrap();
+            }
+            let mut data = vec![0];
+            data.extend((msg.len() as u32).to_be_bytes());
+            data.extend(msg);
+            let mut out = frame(1, 0x4, stream, &block);
+            out.extend(frame(0, 0x1, stream, &data));
+            self.s.write_all(&out).await.unwrap();
+
+            let mut fields = Vec::new();
+            let mut body = Vec::new();
+            loop {
+                let mut h = [0u8; 9];
+                self.s.read_exact(&mut h).await.unwrap();
+                let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                let mut p = vec![0; len];
+                self.s.read_exact(&mut p).await.unwrap();
+                let (kind, flags) = (h[3], h[4]);
+                let id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                match kind {
+                    4 if flags & 1 == 0 => self.s.write_all(&frame(4, 1, 0, &[])).await.unwrap(),
+                    7 => return Answer::Reset(u32::from_be_bytes([p[4], p[5], p[6], p[7]])),
+                    3 if id == stream => {
+                        return Answer::Reset(u32::from_be_bytes([p[0], p[1], p[2], p[3]]))
+                    }
+                    1 if id == stream => {
+                        assert_ne!(flags & 0x4, 0, "h2 sends small blocks whole");
+                        let mut got = Vec::new();
+                        self.dec.decode(&mut p, &mut got).unwrap();
+                        fields.extend(got.into_iter().map(|(n, v, _)| {
+                            (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap())
+                        }));
+                    }
+                    0 if id == stream => body.extend(p),
+                    _ => {}
+                }
+                if id == stream && matches!(kind, 0 | 1) && flags & 1 != 0 {
+                    // The message without its 5-byte gRPC prefix.
+                    return Answer::Ok(fields, body.get(5..).unwrap_or_default().to_vec());
+                }
+            }
+        }
+    }
+}
+
+fn expect_ok(a: grpc_go::Answer) -> Vec<u8> {
+    match a {
+        grpc_go::Answer::Ok(fields, msg) => {
+            let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+            assert_eq!(get(":status"), Some("200"), "{fields:?}");
+            assert_eq!(get("grpc-status"), Some("0"), "{fields:?}");
+            msg
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_socket_path_authority_is_answered() {
+    use prost::Message;
+    const GET_INFO: &str = "/pluginregistration.Registration/GetInfo";
+    let api = ApiFixture::start();
+    node(&api);
+    let t = tempfile::tempdir().unwrap();
+    let d = open(t.path(), api.client());
+    let stats = Arc::new(PluginStats::default());
+    let (sd_tx, sd) = tokio::sync::watch::channel(false);
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(vgpu_dra::server::serve(d, stats.clone(), sd, move |p| {
+        let _ = ready_tx.send(p.to_owned());
+    }));
+    let dra_sock = tokio::time::timeout(Duration::from_secs(10), ready_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    let reg_sock = t.path().join("plugins_registry/vgpu.io-reg.sock");
+    let authority = grpc_go::authority(&reg_sock);
+    assert!(authority.starts_with("%2F") && authority.ends_with("%2Fvgpu.io-reg.sock"));
+
+    let mut reg_conn = grpc_go::Conn::open(&reg_sock).await;
+    // Huffman-coded, then (same connection) the authority from the
+    // dynamic table, then plain literals.
+    for hpack in [grpc_go::HUFFMAN, grpc_go::HUFFMAN, grpc_go::PLAIN] {
+        let msg = expect_ok(reg_conn.unary(&authority, GET_INFO, &[], hpack).await);
+        let info = reg::PluginInfo::decode(msg.as_slice()).unwrap();
+        assert_eq!(info.name, DRIVER);
+        assert_eq!(PathBuf::from(&info.endpoint), dra_sock);
+    }
+    let status = reg::RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    };
+    expect_ok(
+        reg_conn
+            .unary(
+                &authority,
+                "/pluginregistration.Registration/NotifyRegistrationStatus",
+                &status.encode_to_vec(),
+                grpc_go::HUFFMAN,
+            )
+            .await,
+    );
+    assert!(stats.registered.load(std::sync::atomic::Ordering::SeqCst));
+
+    // dra.sock too (harmless where the kubelet sends a valid authority).
+    let mut dra_conn = grpc_go::Conn::open(&dra_sock).await;
+    let msg = expect_ok(
+        dra_conn
+            .unary(
+                &grpc_go::authority(&dra_sock),
+                PREPARE,
+                &v1::NodePrepareResourcesRequest { claims: vec![] }.encode_to_vec(),
+                grpc_go::HUFFMAN,
+            )
+            .await,
+    );
+    let r = v1::NodePrepareResourcesResponse::decode(msg.as_slice()).unwrap();
+    assert!(r.claims.is_empty());
+
+    // Control: tonic without the rewrite resets the same call with
+    // PROTOCOL_ERROR, which is what the kubelet saw.
+    let bare_sock = t.path().join("bare.sock");
+    let listener = tokio::net::UnixListener::bind(&bare_sock).unwrap();
+    let bare = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(reg::registration_server::RegistrationServer::new(
+                vgpu_dra::server::RegistrationService {
+                    driver: DRIVER.into(),
+                    endpoint: dra_sock.display().to_string(),
+                    stats: Arc::new(PluginStats::default()),
+                },
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    let mut bare_conn = grpc_go::Conn::open(&bare_sock).await;
+    match bare_conn
+        .unary(
+            &grpc_go::authority(&bare_sock),
+            GET_INFO,
+            &[],
+            grpc_go::HUFFMAN,
+        )
+        .await
+    {
+        grpc_go::Answer::Reset(code) => assert_eq!(code, 1, "PROTOCOL_ERROR"),
+        other => panic!("h2 took a socket-path authority: {other:?}"),
+    }
+    bare.abort();
+    // Graceful shutdown waits for open connections.
+    drop((reg_conn, dra_conn, bare_conn));
+    sd_tx.send(true).unwrap();
+    server.await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
