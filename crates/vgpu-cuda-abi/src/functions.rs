@@ -394,13 +394,37 @@ macro_rules! client_functions {
     };
 }
 
-/// Exports C functions of the list, each guarded: `guard(name, body)`
-/// runs the body (a closure returning `result`) and turns its error or
-/// panic into the `returns` code, so no panic unwinds into C; and each
-/// export is tied at compile time to its entry's type (`sig::<name>`): a
-/// wrong parameter type, or an export missing from the list, fails the
-/// build. The simulator's `libcuda.so.1` and `libnvidia-ml.so.1` export
-/// through it.
+/// One C export of the list, guarded: `guard(name, body)` runs the body
+/// (a closure returning `result`) and turns its error or panic into the
+/// `returns` code, so no panic unwinds into C; and the export is tied at
+/// compile time to its entry's type (`sig::<name>`): a wrong parameter
+/// type, or an export missing from the list, fails the build. The
+/// attributes (`#[no_mangle]`, docs) are the caller's. Every guarded
+/// export of the workspace is made here: the simulator's `libcuda.so.1`
+/// and `libnvidia-ml.so.1` (through [`guarded_exports!`]) and the
+/// interposer's hooks (its `hooks!`, which adds the real-pointer lookup
+/// and the hook table around it).
+///
+/// ```text
+/// guarded_export! { #[no_mangle] guard: run, result: R;
+///     fn cuInit(flags: c_uint) -> CUresult { driver::init(flags) }
+/// }
+/// ```
+#[macro_export]
+macro_rules! guarded_export {
+    ($(#[$attr:meta])* guard: $guard:path, result: $result:ty;
+     fn $name:ident($($a:ident: $t:ty),* $(,)?) -> $ret:ty $body:block) => {
+        $(#[$attr])*
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+            $guard(stringify!($name), move || -> $result { $body })
+        }
+        // The export's C type is exactly the signature list's entry.
+        const _: $crate::sig::$name = $name;
+    };
+}
+
+/// Exports C functions of the list, each through [`guarded_export!`]
+/// with `#[no_mangle]` and one guard, result and return type for all.
 ///
 /// ```text
 /// guarded_exports! { guard: run, returns: CUresult, result: R;
@@ -412,11 +436,9 @@ macro_rules! guarded_exports {
     (guard: $guard:path, returns: $ret:ty, result: $result:ty;
      $( fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block )*) => {
         $(
-            #[no_mangle]
-            pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
-                $guard(stringify!($name), move || -> $result { $body })
+            $crate::guarded_export! { #[no_mangle] guard: $guard, result: $result;
+                fn $name($($a: $t),*) -> $ret $body
             }
-            const _: $crate::sig::$name = $name;
         )*
     };
 }

@@ -1,8 +1,8 @@
 //! The SM limiter in libvgpu.so, end to end: real processes (the C
 //! launcher, `tests/c/launcher.c`) on one simulated GPU, the truth from the
-//! simulator's kernel timeline. Bands are wide (±15 points over windows
-//! of a second or more) so a loaded 2-core machine cannot fail them
-//! falsely; the tight figures are `vgpu bench sm`'s.
+//! simulator's kernel timeline. Bands (+7 / -12 points over windows of a
+//! second or more, measured: see `OVER`/`UNDER`) are what a loaded 2-core
+//! machine cannot fail falsely; the tight figures are `vgpu bench sm`'s.
 //!
 //! One simulated machine for the file, one scenario at a time (they share
 //! the device's time, so they must not overlap).

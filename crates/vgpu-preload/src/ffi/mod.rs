@@ -110,32 +110,26 @@ macro_rules! hooks {
         fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty |$real:ident| $body:block
     )*) => {
         $(
-            $(#[doc = $doc])*
-            ///
-            /// # Safety
-            /// The C contract of the function of the same name in the driver.
-            #[cfg_attr(not(test), no_mangle)]
-            #[allow(non_snake_case, clippy::missing_safety_doc)]
-            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                let run = || -> $ret {
+            // The shared guarded export (vgpu_cuda_abi::guarded_export!):
+            // the C type tied to the list's entry, panics caught by
+            // `ffi::guard`.
+            ::vgpu_cuda_abi::guarded_export! {
+                $(#[doc = $doc])*
+                #[doc = ""]
+                #[doc = "# Safety"]
+                #[doc = "The C contract of the function of the same name in the driver."]
+                #[cfg_attr(not(test), no_mangle)]
+                #[allow(non_snake_case, clippy::missing_safety_doc)]
+                guard: $crate::ffi::guard, result: $ret;
+                fn $name($($arg: $ty),*) -> $ret {
                     #[cfg(feature = "failpoints")]
                     $crate::ffi::failpoint(stringify!($name));
                     let Some($real) = $crate::driver::api::$name() else {
                         return <$ret as $crate::ffi::HookRet>::MISSING;
                     };
                     $body
-                };
-                match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(run)) {
-                    Ok(r) => r,
-                    Err(_) => {
-                        $crate::ffi::note_panic(stringify!($name));
-                        <$ret as $crate::ffi::HookRet>::PANICKED
-                    }
                 }
             }
-
-            // The export's C type is exactly the signature list's entry.
-            const _: $crate::driver::api::sig::$name = $name;
         )*
 
         pub static $table: &[$crate::ffi::HookInfo] = &[
@@ -170,6 +164,19 @@ pub fn by_name(name: &str) -> Option<&'static HookInfo> {
 pub fn failpoint(name: &str) {
     if crate::config::failpoint_panic() == Some(name) {
         panic!("failpoint in {name}");
+    }
+}
+
+/// Runs a hook's body; a panic becomes the hook's `PANICKED` code (logged),
+/// never an unwind into C. Inlined, so the hot path is the body itself.
+#[inline(always)]
+pub fn guard<R: HookRet>(name: &'static str, run: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(r) => r,
+        Err(_) => {
+            note_panic(name);
+            R::PANICKED
+        }
     }
 }
 
