@@ -6,8 +6,10 @@
  * touch CUDA. Loading it must cost next to nothing: no constructor, no
  * symbol relocation at load time, a few pages. Each export is a jump
  * through a slot; the slots start empty, and the first call of any export
- * loads the interposer proper (libvgpu_core.so, next to this file), binds
- * the slots to its hooks and jumps on. Later calls cost one indirect jump.
+ * (or the first dlsym of a `cu`/`nvml` name: the process is about to use
+ * the driver) loads the interposer proper (libvgpu_core.so, next to this
+ * file) and binds the slots to its hooks. Later calls cost one indirect
+ * jump.
  *
  * `dlsym` answers RTLD_NEXT itself with the caller's frame intact (the
  * lookup stays relative to the caller), passes every other lookup to
@@ -594,10 +596,13 @@ static void *route(const char *name, void *found) {
     int nvml = name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l';
     if (!cuda && !nvml)
         return found;
-    /* Our own export (a lookup in the global scope): nothing to route. */
+    /* A driver name is being looked up: the process is about to use CUDA
+     * or NVML, so load the core now rather than inside its first call
+     * (cuInit), where start-up latency counts. Our own export (a lookup in
+     * the global scope) then needs no routing. */
+    pthread_once(&once, load_core);
     if (is_own(found))
         return found;
-    pthread_once(&once, load_core);
     if (core_route)
         return core_route(name, found);
     /* No core: a hooked name gets our (failing) export, never the driver. */

@@ -67,6 +67,18 @@ fn the_first_cuda_call_loads_the_core_and_every_route_reaches_the_hooks() {
 }
 
 #[test]
+fn the_first_lookup_of_a_driver_name_loads_the_core_before_any_call() {
+    // Start-up latency: the core's load happens at the dlsym that precedes
+    // cuInit (libcudart, PyTorch, dlopen users), not inside cuInit.
+    let s = sim(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("r.cache");
+    let env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+    let out = run(&c_program("early"), &[], &env);
+    assert_passed(&out);
+}
+
+#[test]
 fn the_core_preloaded_directly_is_a_complete_interposer() {
     let s = sim(1);
     let dir = tempfile::tempdir().unwrap();
