@@ -134,8 +134,7 @@ mod tests {
         let tries = Cell::new(0);
         let attach = |may_init: bool, drv: &dyn CudaDriver| {
             tries.set(tries.get() + 1);
-            let p = build_with(cfg.clone(), src, may_init, drv)
-                .map(|p| &*Box::leak(Box::new(p)));
+            let p = build_with(cfg.clone(), src, may_init, drv).map(|p| &*Box::leak(Box::new(p)));
             attached.set(p.or(attached.get()));
             p
         };
@@ -158,8 +157,15 @@ mod tests {
         let (r, p, tries) = init(&cuda, &clock, &cfg, real);
         assert_eq!(r, CUresult::CUDA_ERROR_NO_DEVICE);
         let p = p.unwrap();
-        assert_eq!(tries, 1, "the region existed: attached before the real call");
-        assert_eq!(cuda.count("cuDeviceGetCount"), 0, "no device list after a failure");
+        assert_eq!(
+            tries, 1,
+            "the region existed: attached before the real call"
+        );
+        assert_eq!(
+            cuda.count("cuDeviceGetCount"),
+            0,
+            "no device list after a failure"
+        );
         let l = p.ledger.as_ref().unwrap();
         assert!(!l.is_bound(), "nothing to bind without a driver");
         let slot = l.region().slot(l.slot());

@@ -121,6 +121,7 @@ pub struct Limiter {
 
 /// Stream captures in progress (`cuStreamBeginCapture` … `EndCapture`):
 /// while any is, a launch asks the driver whether its stream is captured.
+#[derive(Default)]
 pub struct Captures(AtomicU32);
 
 impl Captures {

@@ -131,7 +131,10 @@ fn a_burst_closes_on_a_synchronize_and_is_charged_its_measured_time() {
     let fx = fixture(1, &[("CUDA_DEVICE_SM_LIMIT", "50")], None);
     job::refresh_now(&fx.lim);
     assert_eq!(fx.share(), 500_000);
-    assert!(!fx.lim.devs[0].local, "the container's bucket in the region");
+    assert!(
+        !fx.lim.devs[0].local,
+        "the container's bucket in the region"
+    );
     // The first launch is a probe, measured alone: 2 ms of GPU time.
     assert_eq!(fx.kernel(S, 2 * MS), SUCCESS);
     fx.lim.after_sync();
@@ -174,9 +177,19 @@ fn captured_launches_are_neither_paced_nor_charged_and_capture_errors_count_righ
     for _ in 0..50 {
         assert_eq!(fx.kernel(S, 10 * MS), SUCCESS);
     }
-    assert_eq!(fx.clock.now_ns(), t0, "500 ms of captured work did not wait");
+    assert_eq!(
+        fx.clock.now_ns(),
+        t0,
+        "500 ms of captured work did not wait"
+    );
     assert_eq!(fx.charged(), 0);
-    assert_eq!(fx.lim.devs[0].markers.recorded.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(
+        fx.lim.devs[0]
+            .markers
+            .recorded
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
     assert_eq!(fx.cuda.count("cuStreamIsCapturing"), 50);
     // Another stream during the capture is paced and charged.
     let other = CUstream(0x6161 as *mut std::ffi::c_void);
@@ -236,7 +249,11 @@ fn the_limits_are_reread_when_the_regions_limits_generation_bumps() {
     let fx = fixture(1, &[], Some("vgpu-limits 1\ndevice * sm=30\n"));
     job::refresh_now(&fx.lim);
     assert_eq!(fx.share(), 300_000);
-    std::fs::write(fx.dir.path().join("limits"), "vgpu-limits 1\ndevice * sm=70\n").unwrap();
+    std::fs::write(
+        fx.dir.path().join("limits"),
+        "vgpu-limits 1\ndevice * sm=70\n",
+    )
+    .unwrap();
     job::refresh_now(&fx.lim);
     assert_eq!(fx.share(), 300_000, "no generation bump: not re-read");
     let led = fx.lim.p.ledger.as_ref().unwrap();
@@ -258,7 +275,11 @@ fn run(fx: &Fx, n: u32, ns: u64) -> u64 {
         assert_eq!(fx.kernel(S, ns), SUCCESS);
     }
     fx.lim.before_sync();
-    fx.clock.set(fx.clock.now_ns().max(fx.cuda.state().stream_busy[&(S.0 as u64)]));
+    fx.clock.set(
+        fx.clock
+            .now_ns()
+            .max(fx.cuda.state().stream_busy[&(S.0 as u64)]),
+    );
     fx.lim.after_sync();
     fx.clock.now_ns() - t0
 }
@@ -280,7 +301,10 @@ fn a_limit_without_a_usable_region_paces_on_a_private_bucket_and_says_so() {
         "{lines:?}"
     );
     let ((), again) = crate::log::captured(|| job::refresh_now(&fx.lim));
-    assert!(!again.iter().any(|l| l.contains("private bucket")), "said once");
+    assert!(
+        !again.iter().any(|l| l.contains("private bucket")),
+        "said once"
+    );
     // Still paced: 200 ms of GPU work at 30 % takes far longer than 200 ms.
     let took = run(&fx, 40, 5 * MS);
     assert!(took >= 400 * MS, "took {} ms", took / MS);
@@ -312,7 +336,10 @@ fn without_a_limit_nothing_waits_or_is_charged() {
 fn a_launch_goes_to_the_current_contexts_device() {
     let fx = fixture(
         2,
-        &[("CUDA_DEVICE_SM_LIMIT_0", "50"), ("CUDA_DEVICE_SM_LIMIT_1", "20")],
+        &[
+            ("CUDA_DEVICE_SM_LIMIT_0", "50"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "20"),
+        ],
         None,
     );
     job::refresh_now(&fx.lim);
