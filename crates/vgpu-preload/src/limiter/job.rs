@@ -403,3 +403,11 @@ fn truth_ns(nvml: &dyn NvmlDriver, h: nvmlDevice_t, pids: &[u32], window_ns: u64
     }
     Some(total.min(window_ns))
 }
+
+/// Tests: one sampler window ending at the clock's now (after a
+/// [`refresh_now`]).
+#[cfg(test)]
+pub fn sample_now(l: &Limiter, window_ns: u64) {
+    let mut st = l.job.lock().unwrap_or_else(|e| e.into_inner());
+    sample(l, &mut st, l.clock.now_ns(), window_ns);
+}

@@ -28,6 +28,7 @@ struct Fx {
     dir: tempfile::TempDir,
     clock: &'static FakeClock,
     cuda: &'static FakeCuda,
+    nvml: &'static FakeNvml,
     lim: Limiter,
     caps: Captures,
 }
@@ -83,6 +84,7 @@ fn fixture_with(
         dir,
         clock,
         cuda,
+        nvml,
         lim,
         caps: Captures::new(),
     }
@@ -361,4 +363,36 @@ fn a_launch_goes_to_the_current_contexts_device() {
     let c1 = charged(1);
     assert_eq!(fx.kernel(S, MS), SUCCESS);
     assert_eq!((charged(0), charged(1)), (0, c1));
+}
+
+#[test]
+fn the_sampler_corrects_the_markers_by_the_limiters_own_nvml() {
+    let fx = fixture(1, &[("CUDA_DEVICE_SM_LIMIT", "50")], None);
+    job::refresh_now(&fx.lim);
+    let led = fx.lim.p.ledger.as_ref().unwrap();
+    led.region().slot(led.slot()).set_host_pid(4242);
+    // NVML says this process used 30 % of the device; its markers saw 10 ms
+    // of every 100 ms window: they read a third of the truth.
+    fx.nvml.samples.lock().unwrap()[0] = vec![vgpu_cuda_abi::nvmlProcessUtilizationSample_t {
+        pid: 4242,
+        smUtil: 30,
+        ..Default::default()
+    }];
+    fx.nvml.gpu_util.lock().unwrap()[0] = 40;
+    let d = &fx.lim.devs[0];
+    for _ in 0..4 {
+        d.slot.add_measured(d.idx, 10 * MS);
+        fx.clock.advance(100 * MS);
+        job::sample_now(&fx.lim, 100 * MS);
+    }
+    assert_eq!(fx.nvml.count("nvmlInit_v2"), 1, "NVML initialised once");
+    assert!(fx.nvml.count("nvmlDeviceGetProcessUtilization") >= 3);
+    let raw = d.bucket.raw();
+    let get = |a: &std::sync::atomic::AtomicU32| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(get(&raw.util_ppm), 300_000, "NVML's own figure");
+    assert_eq!(d.bucket.correction_ppm(), 3_000_000);
+    assert_eq!(
+        raw.util_at_ns.load(std::sync::atomic::Ordering::Relaxed),
+        fx.clock.now_ns()
+    );
 }
