@@ -18,7 +18,7 @@ use vgpu_region::Unusable;
 use crate::config::{CacheSource, Config};
 use crate::driver::{self, CudaDriver};
 use crate::ledger::{Charges, Ledger, LedgerError, NewDevice};
-use crate::limits_source::{self, Origin, Snapshot};
+use crate::limits_source::{self, LimitsSource, Origin, Snapshot};
 use crate::process::{self, Inside, Section};
 use crate::sys;
 
@@ -34,6 +34,9 @@ pub struct Proc {
     pub charges: Charges,
     /// Any SM limit configured (the launch limiter's seam).
     pub sm_limited: bool,
+    /// Where its limits come from (the process's `limits_source::SOURCE`;
+    /// a test's own in unit tests).
+    pub limits: &'static LimitsSource,
 }
 
 impl Proc {
@@ -41,7 +44,7 @@ impl Proc {
     /// nothing is admitted): exactly what admission enforces.
     pub fn mem_limit(&self, dev: u32) -> Option<u64> {
         let l = self.ledger.as_ref()?;
-        refresh_limits(l);
+        refresh_limits_from(self.limits, l);
         l.mem_limit(dev)
     }
 
@@ -63,7 +66,7 @@ impl Proc {
             .collect();
         let missing = l.bind_ordinals(&uuids);
         if !missing.is_empty() {
-            let limited = limits_source::snapshot().is_some_and(|s| s.any_limit());
+            let limited = self.limits.snapshot().is_some_and(|s| s.any_limit());
             if limited {
                 crate::error!(
                     "region {} does not describe CUDA device(s) {missing:?} (by UUID); FAILING CLOSED on them: this process enforces their configured limits on a private ledger (not shared with the container's other processes)",
@@ -71,7 +74,7 @@ impl Proc {
                 );
             }
         }
-        apply_budgets(l, true);
+        apply_budgets(self.limits, l, true);
     }
 }
 
@@ -79,26 +82,31 @@ impl Proc {
 /// limits generation moved (`vgpu limit` rewrote the file, or changed the
 /// display copy of a region without a file): one atomic load otherwise.
 pub fn refresh_limits(l: &Ledger) {
+    refresh_limits_from(&limits_source::SOURCE, l)
+}
+
+/// [`refresh_limits`] from the limits source `src`.
+pub fn refresh_limits_from(src: &LimitsSource, l: &Ledger) {
     let gen = l.limits_generation();
     if l.applied_generation.load(Ordering::Acquire) == gen {
         return;
     }
-    limits_source::refresh_if_changed(gen);
-    if !limits_source::settled(gen) {
+    src.refresh_if_changed(gen);
+    if !src.settled(gen) {
         // Another thread is re-reading the file (or a newer generation came
         // meanwhile): keep the budgets in force, look again next call, so a
         // stale snapshot is never marked as this generation's.
         return;
     }
-    apply_budgets(l, false);
+    apply_budgets(src, l, false);
     l.applied_generation.store(gen, Ordering::Release);
 }
 
 /// Sets every device's budget from the current snapshot (by the driver's
 /// UUID of the ordinal, never by what the tenant-writable region records)
 /// and says, as a warning, where the region's recorded limit disagrees.
-fn apply_budgets(l: &Ledger, warn: bool) {
-    let Some(s) = limits_source::snapshot() else {
+fn apply_budgets(src: &LimitsSource, l: &Ledger, warn: bool) {
+    let Some(s) = src.snapshot() else {
         return;
     };
     for t in l.targets() {
@@ -242,8 +250,18 @@ fn read_config() -> Config {
 }
 
 fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
-    let cfg = read_config();
-    let limits = limits_source::SOURCE.load(&cfg);
+    build_with(read_config(), &limits_source::SOURCE, may_init, drv)
+}
+
+/// The state for configuration `cfg` with its limits loaded into `src`,
+/// over `drv` (see [`attach`]; publishes nothing).
+pub fn build_with(
+    cfg: Config,
+    src: &'static LimitsSource,
+    may_init: bool,
+    drv: &dyn CudaDriver,
+) -> Option<Proc> {
+    let limits = src.load(&cfg);
     let limited = limits.any_limit();
     let want_region = limited || cfg.cache_source == CacheSource::Env;
     let mut ledger = None;
@@ -306,7 +324,7 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
         }
         // Disagreements with the region are said once, when the ordinals
         // are bound by UUID (bind_devices, after the real cuInit).
-        apply_budgets(l, false);
+        apply_budgets(src, l, false);
         l.applied_generation
             .store(l.limits_generation(), Ordering::Release);
         crate::debug!("attached to region {} slot {:?}", l.path, l.slot());
@@ -325,6 +343,7 @@ fn build(may_init: bool, drv: &dyn CudaDriver) -> Option<Proc> {
         ndev: AtomicU32::new(ndev),
         charges: Charges::default(),
         sm_limited,
+        limits: src,
     };
     if may_init {
         p.bind_devices(drv);

@@ -70,7 +70,28 @@ pub fn emit(l: u8, args: fmt::Arguments<'_>) {
     let _ = buf.write_fmt(args);
     buf.b[buf.n] = b'\n';
     buf.n += 1;
+    #[cfg(test)]
+    CAPTURED.with(|c| {
+        if let Some(v) = c.borrow_mut().as_mut() {
+            v.push(String::from_utf8_lossy(&buf.b[..buf.n]).into_owned());
+        }
+    });
     crate::sys::write_stderr(&buf.b[..buf.n]);
+}
+
+#[cfg(test)]
+thread_local! {
+    static CAPTURED: std::cell::RefCell<Option<Vec<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Tests: runs `f` and returns its value with the lines this thread
+/// logged meanwhile (they still go to stderr).
+#[cfg(test)]
+pub fn captured<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    CAPTURED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let r = f();
+    let lines = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (r, lines)
 }
 
 /// `e`, then each of its sources, joined by `: ` (one line for the log).

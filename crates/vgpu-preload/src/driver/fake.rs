@@ -9,6 +9,13 @@
 //! graphs with memory nodes (a per-device graph allocator that reuses what
 //! it reserved and keeps freed memory until a trim, as the simulator and
 //! cuda.h describe), and an NVML side with handles, UUIDs and memory info.
+//!
+//! For the limiter (given a [`FakeClock`] by [`FakeCuda::with_clock`]):
+//! streams that run queued GPU time in order ([`FakeCuda::kernel`], graph
+//! executables' own costs), events that complete when their stream's work
+//! before them has run on that clock (`cuEventQuery` / `ElapsedTime` follow
+//! it), streams under capture, entries the driver lacks ([`CudaDriver::has`]),
+//! and NVML per-process utilization samples.
 #![allow(clippy::unwrap_used)]
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_void, CStr};
@@ -16,7 +23,8 @@ use std::sync::Mutex;
 
 use vgpu_cuda_abi::*;
 
-use super::{cu_ok, CuResult, CudaDriver, NvmlDriver, NvmlResult, ProcessInfo};
+use super::{api, cu_ok, CuResult, CudaDriver, NvmlDriver, NvmlResult, ProcessInfo};
+use crate::limiter::clock::{Clock, FakeClock};
 
 #[derive(Clone, Debug, Default)]
 pub struct FakePool {
@@ -91,6 +99,20 @@ pub struct CudaState {
     /// Bytes an instantiation maps at once for the executable (a driver
     /// that maps there), in use until the executable is destroyed.
     pub instantiate_backs: u64,
+    /// The clock GPU time follows (`None`: events are ready at once and
+    /// 1 ms apart, as before the limiter's tests needed more).
+    pub clock: Option<&'static FakeClock>,
+    /// Per stream key (`CU_STREAM_PER_THREAD` for the per-thread default
+    /// stream): when the work queued on it so far has run.
+    pub stream_busy: HashMap<u64, u64>,
+    /// Recorded events: handle -> when they complete.
+    pub events: HashMap<usize, u64>,
+    /// Streams (by key) whose work is being captured, not run.
+    pub capturing: std::collections::HashSet<u64>,
+    /// GPU time of one launch of an executable (by handle; 0 when unset).
+    pub exec_cost: HashMap<usize, u64>,
+    /// Entries this driver lacks (for [`CudaDriver::has`]).
+    pub missing: Vec<api::Fn>,
     next: u64,
     /// Scripted answers: the next call of that name fails with the code.
     fail: HashMap<&'static str, VecDeque<CUresult>>,
@@ -119,6 +141,25 @@ impl FakeCuda {
 
     pub fn state(&self) -> std::sync::MutexGuard<'_, CudaState> {
         self.0.lock().unwrap()
+    }
+
+    /// GPU time follows `clock` (events complete when their stream's work
+    /// has run on it).
+    pub fn with_clock(self, clock: &'static FakeClock) -> FakeCuda {
+        self.state().clock = Some(clock);
+        self
+    }
+
+    /// A kernel launch that runs `ns` of GPU time on `stream` (after what
+    /// is queued there): what a hook's real call does, for the limiter's
+    /// tests. Scriptable as `cuLaunchKernel`.
+    pub fn kernel(&self, stream: CUstream, ns: u64) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuLaunchKernel") {
+            return e;
+        }
+        s.queue(stream.0 as u64, ns);
+        CUresult::CUDA_SUCCESS
     }
 
     /// The next call named `call` answers `code`.
@@ -271,6 +312,33 @@ fn pool_key(p: CUmemoryPool) -> usize {
 }
 
 impl CudaState {
+    fn now(&self) -> u64 {
+        self.clock.map_or(0, |c| c.now_ns())
+    }
+
+    /// `ns` of GPU time queued on stream `key` now.
+    fn queue(&mut self, key: u64, ns: u64) {
+        let now = self.now();
+        let b = self.stream_busy.entry(key).or_insert(0);
+        *b = (*b).max(now) + ns;
+    }
+
+    fn record(&mut self, ev: CUevent, key: u64) {
+        let at = self
+            .stream_busy
+            .get(&key)
+            .copied()
+            .unwrap_or(0)
+            .max(self.now());
+        self.events.insert(ev.0 as usize, at);
+    }
+
+    /// Whether a recorded event has completed (`None`: never recorded).
+    fn done(&self, ev: CUevent) -> Option<bool> {
+        let at = *self.events.get(&(ev.0 as usize))?;
+        Some(self.clock.is_none() || at <= self.now())
+    }
+
     fn enter(&mut self, call: &'static str) -> CuResult<()> {
         self.calls.push(call);
         match self.fail.get_mut(call).and_then(VecDeque::pop_front) {
@@ -725,17 +793,36 @@ impl CudaDriver for FakeCuda {
         s.enter("cuEventCreate")?;
         Ok(CUevent(s.handle() as *mut c_void))
     }
-    fn event_record(&self, _event: CUevent, _stream: CUstream) -> CUresult {
+    fn event_record(&self, event: CUevent, stream: CUstream) -> CUresult {
         let mut s = self.state();
-        s.enter("cuEventRecord")
-            .err()
-            .unwrap_or(CUresult::CUDA_SUCCESS)
+        if let Err(e) = s.enter("cuEventRecord") {
+            return e;
+        }
+        s.record(event, stream.0 as u64);
+        CUresult::CUDA_SUCCESS
     }
-    fn event_query(&self, _event: CUevent) -> CUresult {
+    fn event_record_ptsz(&self, event: CUevent, stream: CUstream) -> CUresult {
         let mut s = self.state();
-        s.enter("cuEventQuery")
-            .err()
-            .unwrap_or(CUresult::CUDA_SUCCESS)
+        if let Err(e) = s.enter("cuEventRecord_ptsz") {
+            return e;
+        }
+        let key = if stream.is_null() {
+            CU_STREAM_PER_THREAD as u64
+        } else {
+            stream.0 as u64
+        };
+        s.record(event, key);
+        CUresult::CUDA_SUCCESS
+    }
+    fn event_query(&self, event: CUevent) -> CUresult {
+        let mut s = self.state();
+        if let Err(e) = s.enter("cuEventQuery") {
+            return e;
+        }
+        match s.done(event) {
+            Some(false) => CUresult::CUDA_ERROR_NOT_READY,
+            _ => CUresult::CUDA_SUCCESS,
+        }
     }
     fn event_synchronize(&self, _event: CUevent) -> CUresult {
         let mut s = self.state();
@@ -743,16 +830,28 @@ impl CudaDriver for FakeCuda {
             .err()
             .unwrap_or(CUresult::CUDA_SUCCESS)
     }
-    fn event_elapsed_ms(&self, _start: CUevent, _end: CUevent) -> CuResult<f32> {
+    fn event_elapsed_ms(&self, start: CUevent, end: CUevent) -> CuResult<f32> {
         let mut s = self.state();
         s.enter("cuEventElapsedTime")?;
-        Ok(1.0)
+        if s.clock.is_none() {
+            return Ok(1.0);
+        }
+        match (s.done(start), s.done(end)) {
+            (Some(true), Some(true)) => {
+                let (a, b) = (s.events[&(start.0 as usize)], s.events[&(end.0 as usize)]);
+                Ok((b.saturating_sub(a) as f64 / 1e6) as f32)
+            }
+            (Some(_), Some(_)) => Err(CUresult::CUDA_ERROR_NOT_READY),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_HANDLE),
+        }
     }
-    fn event_destroy(&self, _event: CUevent) -> CUresult {
+    fn event_destroy(&self, event: CUevent) -> CUresult {
         let mut s = self.state();
-        s.enter("cuEventDestroy_v2")
-            .err()
-            .unwrap_or(CUresult::CUDA_SUCCESS)
+        if let Err(e) = s.enter("cuEventDestroy_v2") {
+            return e;
+        }
+        s.events.remove(&(event.0 as usize));
+        CUresult::CUDA_SUCCESS
     }
     unsafe fn launch_kernel(
         &self,
@@ -769,11 +868,13 @@ impl CudaDriver for FakeCuda {
             .err()
             .unwrap_or(CUresult::CUDA_SUCCESS)
     }
-    fn graph_launch(&self, exec: CUgraphExec, _stream: CUstream) -> CUresult {
+    fn graph_launch(&self, exec: CUgraphExec, stream: CUstream) -> CUresult {
         let mut s = self.state();
         if let Err(e) = s.enter("cuGraphLaunch") {
             return e;
         }
+        let cost = s.exec_cost.get(&(exec.0 as usize)).copied().unwrap_or(0);
+        s.queue(stream.0 as u64, cost);
         // Executables the fake did not instantiate launch as no-ops.
         let Some((nodes, auto, _)) = s.execs.get(&(exec.0 as usize)).cloned() else {
             return CUresult::CUDA_SUCCESS;
@@ -897,6 +998,19 @@ impl CudaDriver for FakeCuda {
             None => CUresult::CUDA_ERROR_INVALID_VALUE,
         }
     }
+    fn stream_is_capturing(&self, stream: CUstream, per_thread: bool) -> CuResult<bool> {
+        let mut s = self.state();
+        s.enter("cuStreamIsCapturing")?;
+        let key = if stream.is_null() && per_thread {
+            CU_STREAM_PER_THREAD as u64
+        } else {
+            stream.0 as u64
+        };
+        Ok(s.capturing.contains(&key))
+    }
+    fn has(&self, f: api::Fn) -> bool {
+        !self.state().missing.contains(&f)
+    }
 }
 
 /// A scripted NVML: `devices` physical devices, handle i = 0x5000 + i.
@@ -907,6 +1021,12 @@ pub struct FakeNvml {
     pub calls: Mutex<Vec<&'static str>>,
     /// Answers of `device_count` while NVML is "not initialized".
     pub uninitialized: std::sync::atomic::AtomicBool,
+    /// Per device: the per-process utilization samples NVML answers
+    /// (all of them, whatever the `since`), and the device's GPU busy %.
+    pub samples: Mutex<Vec<Vec<nvmlProcessUtilizationSample_t>>>,
+    pub gpu_util: Mutex<Vec<u32>>,
+    /// Entries this NVML lacks (for [`NvmlDriver::has`]).
+    pub missing: Mutex<Vec<api::Fn>>,
 }
 
 impl FakeNvml {
@@ -924,6 +1044,9 @@ impl FakeNvml {
             processes: Mutex::new(vec![Vec::new(); uuids.len()]),
             calls: Mutex::new(Vec::new()),
             uninitialized: std::sync::atomic::AtomicBool::new(false),
+            samples: Mutex::new(vec![Vec::new(); uuids.len()]),
+            gpu_util: Mutex::new(vec![0; uuids.len()]),
+            missing: Mutex::new(Vec::new()),
         }
     }
 
@@ -1009,8 +1132,11 @@ impl NvmlDriver for FakeNvml {
     }
     fn utilization(&self, dev: nvmlDevice_t) -> NvmlResult<nvmlUtilization_t> {
         self.note("nvmlDeviceGetUtilizationRates");
-        self.index(dev)?;
-        Ok(nvmlUtilization_t::default())
+        let i = self.index(dev)?;
+        Ok(nvmlUtilization_t {
+            gpu: self.gpu_util.lock().unwrap()[i],
+            ..nvmlUtilization_t::default()
+        })
     }
     fn process_utilization(
         &self,
@@ -1018,8 +1144,11 @@ impl NvmlDriver for FakeNvml {
         _since_us: u64,
     ) -> NvmlResult<Vec<nvmlProcessUtilizationSample_t>> {
         self.note("nvmlDeviceGetProcessUtilization");
-        self.index(dev)?;
-        Ok(Vec::new())
+        let i = self.index(dev)?;
+        Ok(self.samples.lock().unwrap()[i].clone())
+    }
+    fn has(&self, f: api::Fn) -> bool {
+        !self.missing.lock().unwrap().contains(&f)
     }
 }
 

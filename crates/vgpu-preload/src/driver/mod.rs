@@ -177,6 +177,9 @@ pub trait CudaDriver: Sync {
     fn stream_is_capturing(&self, _stream: CUstream, _per_thread: bool) -> CuResult<bool> {
         Err(CUDA_MISSING)
     }
+    /// Whether the driver has entry `f` (a tier that needs several entries
+    /// asks before it starts, rather than fail half way).
+    fn has(&self, f: api::Fn) -> bool;
 }
 
 /// One process in an NVML process list, whichever struct version the
@@ -208,6 +211,8 @@ pub trait NvmlDriver: Sync {
         dev: nvmlDevice_t,
         since_us: u64,
     ) -> NvmlResult<Vec<nvmlProcessUtilizationSample_t>>;
+    /// Whether NVML has entry `f` (see [`CudaDriver::has`]).
+    fn has(&self, f: api::Fn) -> bool;
 }
 
 /// Formats a CUDA UUID the way NVML and `CUDA_VISIBLE_DEVICES` spell it.

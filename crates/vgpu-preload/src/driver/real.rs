@@ -299,6 +299,9 @@ impl CudaDriver for RealCuda {
     fn graph_exec_destroy(&self, exec: CUgraphExec) -> CUresult {
         cu!(cuGraphExecDestroy(exec))
     }
+    fn has(&self, f: api::Fn) -> bool {
+        !super::table::address(f).is_null()
+    }
 }
 
 /// Calls a process-list function, growing the buffer when NVML says it is
@@ -420,5 +423,8 @@ impl NvmlDriver for RealNvml {
         )))?;
         buf.truncate((m as usize).min(n as usize));
         Ok(buf)
+    }
+    fn has(&self, f: api::Fn) -> bool {
+        !super::table::address(f).is_null()
     }
 }

@@ -225,7 +225,7 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
     };
     let mut driver = probe_dev
         .filter(|_| s.tiers.contains(&IdentityTier::NvmlProbe))
-        .and_then(|_| probe::real());
+        .and_then(|_| probe::over(&crate::driver::REAL_CUDA, &crate::driver::REAL_NVML));
     let res = vgpu_identity::resolve::resolve(
         &resolve_config(s, probe_dev.unwrap_or(0)),
         driver.as_mut().map(|d| d as &mut dyn ProbeDriver),

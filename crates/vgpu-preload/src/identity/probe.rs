@@ -11,7 +11,8 @@ use std::ffi::CString;
 use vgpu_cuda_abi::{nvmlDevice_t, nvmlReturn_t};
 use vgpu_identity::probe::{DriverCall, DriverError, ProbeDriver};
 
-use crate::driver::{self, api, CudaDriver, NvmlDriver, REAL_CUDA, REAL_NVML};
+use crate::driver::api::Fn;
+use crate::driver::{self, CudaDriver, NvmlDriver};
 
 /// CUDA and NVML calls for one probe (NVML initialised for its lifetime).
 pub struct Probe<'a> {
@@ -21,20 +22,20 @@ pub struct Probe<'a> {
     cached: Option<(u32, nvmlDevice_t)>,
 }
 
-/// The probe over the real drivers; `None` when a function it needs is
-/// missing or NVML does not initialise: the probe tier is then not
-/// available.
-pub fn real() -> Option<Probe<'static>> {
-    let have = api::cuDevicePrimaryCtxRetain().is_some()
-        && api::cuDevicePrimaryCtxRelease_v2().is_some()
-        && api::cuDeviceGet().is_some()
-        && (api::nvmlDeviceGetComputeRunningProcesses_v3().is_some()
-            || api::nvmlDeviceGetComputeRunningProcesses_v2().is_some()
-            || api::nvmlDeviceGetComputeRunningProcesses().is_some());
+/// The probe over `cuda` and `nvml` (the real drivers in the library);
+/// `None` when an entry it needs is missing or NVML does not initialise:
+/// the probe tier is then not available.
+pub fn over<'a>(cuda: &'a dyn CudaDriver, nvml: &'a dyn NvmlDriver) -> Option<Probe<'a>> {
+    let have = cuda.has(Fn::cuDevicePrimaryCtxRetain)
+        && cuda.has(Fn::cuDevicePrimaryCtxRelease_v2)
+        && cuda.has(Fn::cuDeviceGet)
+        && (nvml.has(Fn::nvmlDeviceGetComputeRunningProcesses_v3)
+            || nvml.has(Fn::nvmlDeviceGetComputeRunningProcesses_v2)
+            || nvml.has(Fn::nvmlDeviceGetComputeRunningProcesses));
     if !have {
         return None;
     }
-    Probe::new(&REAL_CUDA, &REAL_NVML)
+    Probe::new(cuda, nvml)
 }
 
 impl<'a> Probe<'a> {
@@ -145,5 +146,30 @@ mod tests {
         }
         assert_eq!(nvml.count("nvmlInit_v2"), 1);
         assert_eq!(nvml.count("nvmlShutdown"), 1);
+    }
+
+    #[test]
+    fn probe_needs_every_entry_it_calls_and_one_process_list() {
+        let cuda = FakeCuda::new(1, 1 << 30);
+        let nvml = FakeNvml::new(&["GPU-x"], 1 << 30);
+        assert!(over(&cuda, &nvml).is_some());
+        assert_eq!(nvml.count("nvmlInit_v2"), 1, "a usable probe inits NVML");
+        // Any one of the three process lists will do.
+        *nvml.missing.lock().unwrap() = vec![
+            Fn::nvmlDeviceGetComputeRunningProcesses_v3,
+            Fn::nvmlDeviceGetComputeRunningProcesses_v2,
+        ];
+        assert!(over(&cuda, &nvml).is_some());
+        nvml.missing
+            .lock()
+            .unwrap()
+            .push(Fn::nvmlDeviceGetComputeRunningProcesses);
+        assert!(over(&cuda, &nvml).is_none(), "no process list at all");
+        nvml.missing.lock().unwrap().clear();
+        cuda.state().missing = vec![Fn::cuDevicePrimaryCtxRelease_v2];
+        assert!(over(&cuda, &nvml).is_none(), "a retain it cannot release");
+        // Refused before NVML was touched: inits stay balanced.
+        assert_eq!(nvml.count("nvmlInit_v2"), 2);
+        assert_eq!(nvml.count("nvmlShutdown"), 2);
     }
 }

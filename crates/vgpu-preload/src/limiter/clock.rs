@@ -3,10 +3,17 @@
 //! pacing logic is tested without sleeping.
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A monotonic clock in nanoseconds.
+/// A monotonic clock in nanoseconds, and the waits a paced launch makes.
 pub trait Clock: Sync {
     fn now_ns(&self) -> u64;
+    /// Blocks the calling thread for `ns` (a paced launch's wait).
+    fn sleep_ns(&self, ns: u64) {
+        std::thread::sleep(std::time::Duration::from_nanos(ns));
+    }
 }
+
+/// The library's clock.
+pub static MONOTONIC: MonotonicClock = MonotonicClock;
 
 /// CLOCK_MONOTONIC, the clock the region's phase stamps use (comparable
 /// across the processes of a machine).
@@ -40,6 +47,10 @@ impl Clock for FakeClock {
     fn now_ns(&self) -> u64 {
         self.0.load(Ordering::Acquire)
     }
+    /// A wait moves the clock (nothing sleeps).
+    fn sleep_ns(&self, ns: u64) {
+        self.advance(ns);
+    }
 }
 
 #[cfg(test)]
@@ -60,5 +71,7 @@ mod tests {
         assert_eq!(f.now_ns(), 1_000);
         let dynamic: &dyn Clock = &f;
         assert_eq!(dynamic.now_ns(), 1_000);
+        dynamic.sleep_ns(250);
+        assert_eq!(f.now_ns(), 1_250, "a fake wait moves the fake clock");
     }
 }

@@ -6,6 +6,10 @@
 //! and the container's utilization (limited or not); and retry host-PID
 //! identity when it is due (off the launch path).
 //!
+//! Works over the limiter's own drivers and clock (`Limiter::nvml`,
+//! `Limiter::clock`) and its process's limits source (`Proc::limits`), so
+//! the unit tests drive it over the fakes.
+//!
 //! Must never hold the limiter's job lock across anything but its own
 //! calls (the launch path never takes it), nor log more than once per
 //! change of state.
@@ -21,7 +25,7 @@ use vgpu_region::{DegradedReason, LimiterState, SlotId};
 use super::lend::{DevLend, Pace};
 use super::source;
 use super::{current, set_slow, Limiter};
-use crate::driver::{NvmlDriver, REAL_NVML};
+use crate::driver::NvmlDriver;
 use crate::process::{self, Job};
 
 /// The control period.
@@ -93,8 +97,15 @@ pub fn start() {
 /// The first reading, on the thread that built the limiter, so the first
 /// launch is already paced.
 pub fn first_refresh(l: &Limiter) {
+    refresh_now(l);
+    set_slow(l);
+}
+
+/// Re-reads the limits (when due) and sets the targets now; the hot-path
+/// word is the caller's to set.
+pub fn refresh_now(l: &Limiter) {
     let mut st = l.job.lock().unwrap_or_else(|e| e.into_inner());
-    refresh(l, &mut st, vgpu_region::monotonic_ns());
+    refresh(l, &mut st, l.clock.now_ns());
 }
 
 /// At exit (after the owned thread stopped): the sampler lease goes back.
@@ -110,8 +121,9 @@ pub fn at_exit() {
 
 fn tick(l: &Limiter) {
     let mut st = l.job.lock().unwrap_or_else(|e| e.into_inner());
-    let now = vgpu_region::monotonic_ns();
+    let now = l.clock.now_ns();
     refresh(l, &mut st, now);
+    set_slow(l);
     for d in &l.devs {
         d.pacer.poll(&d.markers, &d.cells());
     }
@@ -139,9 +151,9 @@ fn refresh(l: &Limiter, st: &mut State, now: u64) {
     // The limits source re-reads the file when the region's limits
     // generation moved (`vgpu limit`, `vgpu suspend` bump it).
     if let Some(led) = &l.p.ledger {
-        crate::attach::refresh_limits(led);
+        crate::attach::refresh_limits_from(l.p.limits, led);
     }
-    let snap = crate::limits_source::snapshot();
+    let snap = l.p.limits.snapshot();
     let version = snap.map_or(0, |s| s.version);
     if !st.read_once || version != st.seen_version {
         st.read_once = true;
@@ -246,7 +258,6 @@ fn refresh(l: &Limiter, st: &mut State, now: u64) {
         d.slot.set_state(state.code(), reason.code(), now);
         log_state(st, state, reason);
     }
-    set_slow(l);
 }
 
 const LOCAL_LOGGED: u32 = 1 << 31;
@@ -287,7 +298,7 @@ fn sample(l: &Limiter, st: &mut State, now: u64, window_ns: u64) {
     let me = led.slot().0;
     let now_ms = now / 1_000_000;
     let slots = region.slot_count() as usize;
-    let nvml_up = nvml_up(&mut st.nvml, now);
+    let nvml_up = nvml_up(l.nvml, &mut st.nvml, now);
     for (i, d) in l.devs.iter().enumerate() {
         let dj = &mut st.devs[i];
         if !try_lease(d.bucket.raw(), me, now_ms, LEASE_MS) {
@@ -322,13 +333,13 @@ fn sample(l: &Limiter, st: &mut State, now: u64, window_ns: u64) {
         if nvml_up && dj.handle.is_none() {
             dj.handle = CString::new(d.uuid.as_str())
                 .ok()
-                .and_then(|u| REAL_NVML.device_by_uuid(&u).ok());
+                .and_then(|u| l.nvml.device_by_uuid(&u).ok());
         }
         let handle = dj.handle.filter(|_| nvml_up);
-        let truth = handle.and_then(|h| truth_ns(h, &pids, window_ns));
+        let truth = handle.and_then(|h| truth_ns(l.nvml, h, &pids, window_ns));
         dj.nvml_failed = handle.is_none() || (!pids.is_empty() && truth.is_none());
         let busy = handle.and_then(|h| {
-            REAL_NVML
+            l.nvml
                 .utilization(h)
                 .ok()
                 .map(|u| u64::from(u.gpu.min(100)) * window_ns / 100)
@@ -354,14 +365,14 @@ fn sample(l: &Limiter, st: &mut State, now: u64, window_ns: u64) {
     }
 }
 
-fn nvml_up(n: &mut NvmlState, now: u64) -> bool {
+fn nvml_up(nvml: &dyn NvmlDriver, n: &mut NvmlState, now: u64) -> bool {
     if n.up {
         return true;
     }
     if n.failed_ns != 0 && now.saturating_sub(n.failed_ns) < NVML_RETRY_NS {
         return false;
     }
-    if REAL_NVML.init().is_success() {
+    if nvml.init().is_success() {
         n.up = true;
     } else {
         n.failed_ns = now.max(1);
@@ -371,9 +382,10 @@ fn nvml_up(n: &mut NvmlState, now: u64) -> bool {
 
 /// NVML's GPU time of `pids` over the last `window_ns` (per-process
 /// samples newer than the window's start, each pid's mean smUtil).
-fn truth_ns(h: nvmlDevice_t, pids: &[u32], window_ns: u64) -> Option<u64> {
+fn truth_ns(nvml: &dyn NvmlDriver, h: nvmlDevice_t, pids: &[u32], window_ns: u64) -> Option<u64> {
+    // NVML stamps its samples in wall-clock time.
     let since_us = vgpu_region::realtime_ns().saturating_sub(window_ns) / 1000;
-    let samples = match REAL_NVML.process_utilization(h, since_us) {
+    let samples = match nvml.process_utilization(h, since_us) {
         Ok(s) => s,
         Err(vgpu_cuda_abi::nvmlReturn_t::NVML_ERROR_NOT_FOUND) => Vec::new(),
         Err(_) => return None,
@@ -390,4 +402,12 @@ fn truth_ns(h: nvmlDevice_t, pids: &[u32], window_ns: u64) -> Option<u64> {
         }
     }
     Some(total.min(window_ns))
+}
+
+/// Tests: one sampler window ending at the clock's now (after a
+/// [`refresh_now`]).
+#[cfg(test)]
+pub fn sample_now(l: &Limiter, window_ns: u64) {
+    let mut st = l.job.lock().unwrap_or_else(|e| e.into_inner());
+    sample(l, &mut st, l.clock.now_ns(), window_ns);
 }

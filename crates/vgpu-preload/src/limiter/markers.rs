@@ -1,4 +1,5 @@
-//! Stream-event markers over the real driver (the law's `Markers`): an
+//! Stream-event markers over a driver (the real one in the library, the
+//! fake in tests) (the law's `Markers`): an
 //! event from a small per-device pool, recorded on the launch's stream;
 //! `cuEventQuery` then `cuEventElapsedTime` once both happened.
 //!
@@ -14,7 +15,7 @@ use std::sync::Mutex;
 use vgpu_cuda_abi::{CUevent, CUresult, CUstream, CU_STREAM_PER_THREAD};
 use vgpu_limiter::{Elapsed, Markers};
 
-use crate::driver::{CudaDriver, REAL_CUDA};
+use crate::driver::CudaDriver;
 
 /// Events kept for reuse per device (more are destroyed on release).
 const POOL: usize = 64;
@@ -35,6 +36,7 @@ pub fn stream_key(stream: CUstream, per_thread: bool) -> u64 {
 
 /// One device's markers.
 pub struct DriverMarkers {
+    drv: &'static dyn CudaDriver,
     pool: Mutex<Vec<CUevent>>,
     /// Events the driver refused to create or record.
     pub failures: AtomicU64,
@@ -42,9 +44,11 @@ pub struct DriverMarkers {
     pub recorded: AtomicU64,
 }
 
-impl Default for DriverMarkers {
-    fn default() -> Self {
+impl DriverMarkers {
+    /// Markers over `drv`'s events.
+    pub fn new(drv: &'static dyn CudaDriver) -> Self {
         DriverMarkers {
+            drv,
             pool: Mutex::new(Vec::with_capacity(POOL)),
             failures: AtomicU64::new(0),
             recorded: AtomicU64::new(0),
@@ -63,7 +67,7 @@ impl DriverMarkers {
             p.push(ev);
         } else {
             drop(p);
-            let _ = REAL_CUDA.event_destroy(ev);
+            let _ = self.drv.event_destroy(ev);
         }
     }
 
@@ -80,7 +84,7 @@ impl Markers for DriverMarkers {
     fn record(&self, stream: u64) -> Option<CUevent> {
         let ev = match self.take() {
             Some(e) => e,
-            None => match REAL_CUDA.event_create(TIMED) {
+            None => match self.drv.event_create(TIMED) {
                 Ok(e) => e,
                 Err(_) => {
                     self.failures.fetch_add(1, Relaxed);
@@ -89,9 +93,9 @@ impl Markers for DriverMarkers {
             },
         };
         let r = if stream == CU_STREAM_PER_THREAD as u64 {
-            REAL_CUDA.event_record_ptsz(ev, CUstream::NULL)
+            self.drv.event_record_ptsz(ev, CUstream::NULL)
         } else {
-            REAL_CUDA.event_record(ev, CUstream(stream as *mut c_void))
+            self.drv.event_record(ev, CUstream(stream as *mut c_void))
         };
         if r.is_success() {
             self.recorded.fetch_add(1, Relaxed);
@@ -104,12 +108,12 @@ impl Markers for DriverMarkers {
     }
 
     fn elapsed(&self, start: CUevent, end: CUevent) -> Elapsed {
-        match REAL_CUDA.event_query(end) {
+        match self.drv.event_query(end) {
             CUresult::CUDA_SUCCESS => {}
             CUresult::CUDA_ERROR_NOT_READY => return Elapsed::Pending,
             _ => return Elapsed::Failed,
         }
-        match REAL_CUDA.event_elapsed_ms(start, end) {
+        match self.drv.event_elapsed_ms(start, end) {
             Ok(ms) if ms.is_finite() && ms >= 0.0 => Elapsed::Ready((ms as f64 * 1e6) as u64),
             Ok(_) => Elapsed::Ready(0),
             Err(CUresult::CUDA_ERROR_NOT_READY) => Elapsed::Pending,

@@ -4,6 +4,12 @@
 //! thread ([`job`]) polls markers, re-reads the limits on a generation bump
 //! and runs the NVML correction sampler.
 //!
+//! The wiring is methods of [`Limiter`], which is built over the drivers and
+//! the clock it is given (`&'static dyn CudaDriver`, `NvmlDriver`,
+//! [`clock::Clock`]): the real ones for the process's limiter (the statics
+//! below and the exported hooks are the only places that name them), the
+//! fakes and a `FakeClock` in the unit tests (`tests.rs`).
+//!
 //! Per device, one `vgpu_limiter::Pacer` over the container's bucket in the
 //! region (one bucket per container and device, shared by its processes),
 //! or a private `LocalBucket` when no region can be used and a limit is
@@ -17,14 +23,13 @@
 //! a signal handler. Must never block a launch that is not paced, nor
 //! switch a configured limit off silently.
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::time::Duration;
 
 use vgpu_cuda_abi::{CUevent, CUgraphExec, CUresult, CUstream};
 use vgpu_limiter::{Admit, Cells, Kind, Pacer, Params};
 use vgpu_region::pacing::{Bucket, LocalBucket, SlotPacing};
 
 use crate::attach::{self, Proc};
-use crate::driver::{self, CudaDriver, REAL_CUDA};
+use crate::driver::{self, CudaDriver, NvmlDriver, REAL_CUDA, REAL_NVML};
 use crate::process;
 
 pub mod clock;
@@ -32,7 +37,10 @@ mod job;
 mod lend;
 pub mod markers;
 pub mod source;
+#[cfg(test)]
+mod tests;
 
+use clock::Clock;
 use markers::DriverMarkers;
 
 /// Which launch entry point called the gate (for pacing and accounting).
@@ -69,9 +77,8 @@ static SLOW: AtomicBool = AtomicBool::new(true);
 static LIM: AtomicPtr<Limiter> = AtomicPtr::new(std::ptr::null_mut());
 /// generation + 1 of the thread building `LIM` (0: none).
 static BUILDING: AtomicU32 = AtomicU32::new(0);
-/// Stream captures in progress (`cuStreamBeginCapture` … `EndCapture`):
-/// while any is, a launch asks the driver whether its stream is captured.
-static CAPTURES: AtomicU32 = AtomicU32::new(0);
+/// This image's stream captures in progress.
+static CAPTURES: Captures = Captures::new();
 static HANDLERS: AtomicBool = AtomicBool::new(false);
 
 /// One device's limiter.
@@ -105,7 +112,56 @@ pub struct Limiter {
     gen: u32,
     pub p: &'static Proc,
     pub devs: Vec<Dev>,
+    /// What it measures and asks with, and its time.
+    pub cuda: &'static dyn CudaDriver,
+    pub nvml: &'static dyn NvmlDriver,
+    pub clock: &'static dyn Clock,
     job: std::sync::Mutex<job::State>,
+}
+
+/// Stream captures in progress (`cuStreamBeginCapture` … `EndCapture`):
+/// while any is, a launch asks the driver whether its stream is captured.
+#[derive(Default)]
+pub struct Captures(AtomicU32);
+
+impl Captures {
+    pub const fn new() -> Captures {
+        Captures(AtomicU32::new(0))
+    }
+
+    /// Whether work queued on `stream` now is captured into a graph rather
+    /// than run (asked of `drv` only while a capture is in progress).
+    #[inline]
+    pub fn captured(&self, drv: &dyn CudaDriver, stream: CUstream, per_thread: bool) -> bool {
+        self.0.load(Ordering::Acquire) > 0
+            && drv.stream_is_capturing(stream, per_thread).unwrap_or(false)
+    }
+
+    /// A capture began with result `r`.
+    pub fn begun(&self, r: CUresult) {
+        if r.is_success() {
+            self.0.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A capture's end returned `r` (it ends, or was already over; an
+    /// invalid stream was never capturing).
+    pub fn ended(&self, r: CUresult) {
+        if r != CUresult::CUDA_ERROR_INVALID_VALUE {
+            let _ = self
+                .0
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Captures in progress.
+    pub fn count(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn reset(&self) {
+        self.0.store(0, Ordering::Release);
+    }
 }
 
 /// The state if built for this image (never builds).
@@ -166,76 +222,163 @@ fn build_for(p: &'static Proc, gen: u32) -> &'static Limiter {
         process::on_fork_child(forked);
         process::on_exit(job::at_exit);
     }
-    let region = p.ledger.as_ref();
-    let mut n = p.ndev.load(Ordering::Relaxed);
-    if n == 0 {
-        n = region.map_or(0, |l| l.device_count());
-    }
-    if n == 0 {
-        n = REAL_CUDA.device_count().unwrap_or(1);
-    }
-    let n = n.clamp(1, vgpu_region::layout::MAX_DEVICES as u32);
-    let devs = (0..n)
-        .map(|ord| {
-            // The region device this ordinal is (bound by UUID).
-            let idx = region.and_then(|l| l.index(ord));
-            let shared = region.zip(idx).and_then(|(l, i)| l.region().bucket(i));
-            let (bucket, local) = match shared {
-                Some(b) => (b, region.is_some_and(|l| l.private_cause.is_some())),
-                None => {
-                    let lb: &'static LocalBucket = Box::leak(Box::new(LocalBucket::new()));
-                    (lb.bucket(), true)
-                }
-            };
-            let slot = match (region, idx) {
-                (Some(l), Some(_)) => l.region().slot_pacing(l.slot()),
-                _ => SlotPacing::new(None, 0),
-            };
-            let uuid = match (region, idx) {
-                (Some(l), Some(i)) => l.device_uuid(i),
-                _ => driver::ordinal_uuid(&REAL_CUDA, ord).unwrap_or_default(),
-            };
-            Dev {
-                ord,
-                idx: idx.unwrap_or(ord),
-                uuid,
-                pacer: Pacer::new(Params::default()),
-                markers: DriverMarkers::default(),
-                bucket,
-                slot,
-                local,
-            }
-        })
-        .collect();
-    Box::leak(Box::new(Limiter {
-        gen,
+    Box::leak(Box::new(Limiter::new(
         p,
-        devs,
-        job: std::sync::Mutex::new(job::State::default()),
-    }))
+        gen,
+        &REAL_CUDA,
+        &REAL_NVML,
+        &clock::MONOTONIC,
+    )))
 }
 
 /// Fork child: the parent's limiter stays the parent's. Atomics only.
 fn forked() {
     SLOW.store(true, Ordering::Release);
     BUILDING.store(0, Ordering::Release);
-    CAPTURES.store(0, Ordering::Release);
+    CAPTURES.reset();
 }
 
 /// Recomputes the hot-path word from the devices' targets.
 fn set_slow(l: &Limiter) {
-    let any = l.devs.iter().any(|d| !d.pacer.target().is_pass());
-    SLOW.store(any, Ordering::Release);
+    SLOW.store(l.any_paced(), Ordering::Release);
 }
 
 impl Limiter {
+    /// The limiter of `p` (process image generation `gen`) over these
+    /// drivers and clock: one device per CUDA ordinal the process sees,
+    /// each on its container bucket, or a private one (fail closed).
+    pub fn new(
+        p: &'static Proc,
+        gen: u32,
+        cuda: &'static dyn CudaDriver,
+        nvml: &'static dyn NvmlDriver,
+        clock: &'static dyn Clock,
+    ) -> Limiter {
+        let region = p.ledger.as_ref();
+        let mut n = p.ndev.load(Ordering::Relaxed);
+        if n == 0 {
+            n = region.map_or(0, |l| l.device_count());
+        }
+        if n == 0 {
+            n = cuda.device_count().unwrap_or(1);
+        }
+        let n = n.clamp(1, vgpu_region::layout::MAX_DEVICES as u32);
+        let devs = (0..n)
+            .map(|ord| {
+                // The region device this ordinal is (bound by UUID).
+                let idx = region.and_then(|l| l.index(ord));
+                let shared = region.zip(idx).and_then(|(l, i)| l.region().bucket(i));
+                let (bucket, local) = match shared {
+                    Some(b) => (b, region.is_some_and(|l| l.private_cause.is_some())),
+                    None => {
+                        let lb: &'static LocalBucket = Box::leak(Box::new(LocalBucket::new()));
+                        (lb.bucket(), true)
+                    }
+                };
+                let slot = match (region, idx) {
+                    (Some(l), Some(_)) => l.region().slot_pacing(l.slot()),
+                    _ => SlotPacing::new(None, 0),
+                };
+                let uuid = match (region, idx) {
+                    (Some(l), Some(i)) => l.device_uuid(i),
+                    _ => driver::ordinal_uuid(cuda, ord).unwrap_or_default(),
+                };
+                Dev {
+                    ord,
+                    idx: idx.unwrap_or(ord),
+                    uuid,
+                    pacer: Pacer::new(Params::default()),
+                    markers: DriverMarkers::new(cuda),
+                    bucket,
+                    slot,
+                    local,
+                }
+            })
+            .collect();
+        Limiter {
+            gen,
+            p,
+            devs,
+            cuda,
+            nvml,
+            clock,
+            job: std::sync::Mutex::new(job::State::default()),
+        }
+    }
+
+    /// Whether any device paces (else the hot-path word may be cleared).
+    fn any_paced(&self) -> bool {
+        self.devs.iter().any(|d| !d.pacer.target().is_pass())
+    }
+
     /// The device a launch on the calling thread's context goes to.
     fn dev_for_launch(&self) -> Option<&Dev> {
         if self.devs.len() == 1 {
             return self.devs.first();
         }
-        let d = REAL_CUDA.ctx_device().ok()?;
+        let d = self.cuda.ctx_device().ok()?;
         usize::try_from(d).ok().and_then(|i| self.devs.get(i))
+    }
+
+    /// A launch through `call`, paced when its device is limited: waits
+    /// (on the clock) until the bucket admits it, charges it, meters it.
+    /// Work queued on a stream under capture (`caps`) passes uncharged:
+    /// it is charged when its graph launches.
+    #[inline]
+    pub fn launch(
+        &self,
+        caps: &Captures,
+        kind: Launch,
+        stream: CUstream,
+        per_thread: bool,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        if caps.captured(self.cuda, stream, per_thread) {
+            return call();
+        }
+        let Some(d) = self.dev_for_launch() else {
+            return call();
+        };
+        let key = markers::stream_key(stream, per_thread);
+        let charge = kind.charge();
+        let cells = d.cells();
+        let start = self.clock.now_ns();
+        let mut now = start;
+        loop {
+            match d.pacer.admit(&d.markers, &cells, now, key, charge) {
+                Admit::Pass => return call(),
+                Admit::Go(ticket) => {
+                    let r = call();
+                    let end = self.clock.now_ns();
+                    d.pacer
+                        .launched(&d.markers, &cells, ticket, r.is_success(), now - start, end);
+                    return r;
+                }
+                Admit::Wait { until_ns } | Admit::Suspended { until_ns } => {
+                    if until_ns > now {
+                        self.clock.sleep_ns(until_ns - now);
+                    }
+                    now = self.clock.now_ns();
+                }
+            }
+        }
+    }
+
+    /// Before a synchronize: every device's open bursts close.
+    pub fn before_sync(&self) {
+        let now = self.clock.now_ns();
+        for d in &self.devs {
+            d.pacer.before_sync(&d.markers, now);
+        }
+    }
+
+    /// After a synchronize: what finished is measured and charged.
+    pub fn after_sync(&self) {
+        for d in &self.devs {
+            if !d.pacer.target().is_pass() {
+                d.pacer.poll(&d.markers, &d.cells());
+            }
+        }
     }
 }
 
@@ -262,36 +405,7 @@ fn paced(
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let Some(l) = get() else { return call() };
-    // Captured work does not run now: it is charged when its graph launches.
-    if captured(stream, per_thread) {
-        return call();
-    }
-    let Some(d) = l.dev_for_launch() else {
-        return call();
-    };
-    let key = markers::stream_key(stream, per_thread);
-    let charge = kind.charge();
-    let cells = d.cells();
-    let start = vgpu_region::monotonic_ns();
-    let mut now = start;
-    loop {
-        match d.pacer.admit(&d.markers, &cells, now, key, charge) {
-            Admit::Pass => return call(),
-            Admit::Go(ticket) => {
-                let r = call();
-                let end = vgpu_region::monotonic_ns();
-                d.pacer
-                    .launched(&d.markers, &cells, ticket, r.is_success(), now - start, end);
-                return r;
-            }
-            Admit::Wait { until_ns } | Admit::Suspended { until_ns } => {
-                if until_ns > now {
-                    std::thread::sleep(Duration::from_nanos(until_ns - now));
-                }
-                now = vgpu_region::monotonic_ns();
-            }
-        }
-    }
+    l.launch(&CAPTURES, kind, stream, per_thread, call)
 }
 
 /// Before a synchronize, a blocking copy or an application's query: the
@@ -302,10 +416,7 @@ pub fn before_sync() {
         return;
     }
     if let Some(l) = current() {
-        let now = vgpu_region::monotonic_ns();
-        for d in &l.devs {
-            d.pacer.before_sync(&d.markers, now);
-        }
+        l.before_sync();
     }
 }
 
@@ -316,11 +427,7 @@ pub fn after_sync() {
         return;
     }
     if let Some(l) = current() {
-        for d in &l.devs {
-            if !d.pacer.target().is_pass() {
-                d.pacer.poll(&d.markers, &d.cells());
-            }
-        }
+        l.after_sync();
     }
 }
 
@@ -328,24 +435,17 @@ pub fn after_sync() {
 /// than run (asked of the driver only while a capture is in progress).
 #[inline]
 pub fn captured(stream: CUstream, per_thread: bool) -> bool {
-    CAPTURES.load(Ordering::Acquire) > 0
-        && REAL_CUDA
-            .stream_is_capturing(stream, per_thread)
-            .unwrap_or(false)
+    CAPTURES.captured(&REAL_CUDA, stream, per_thread)
 }
 
 /// `cuStreamBeginCapture*` (and `cuStreamBeginCaptureToGraph*`) returned `r`.
 pub fn capture_begun(r: CUresult) {
-    if r.is_success() {
-        CAPTURES.fetch_add(1, Ordering::AcqRel);
-    }
+    CAPTURES.begun(r);
 }
 
 /// `cuStreamEndCapture*` returned (a capture ends, or was already over).
 pub fn capture_ended(r: CUresult) {
-    if r != CUresult::CUDA_ERROR_INVALID_VALUE {
-        let _ = CAPTURES.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-    }
+    CAPTURES.ended(r);
 }
 
 /// For `vgpu inspect`-like checks in tests: the pacing target of device

@@ -72,6 +72,7 @@ mod tests {
             ndev: AtomicU32::new(ndev),
             charges: Charges::default(),
             sm_limited: false,
+            limits: &crate::limits_source::SOURCE,
         }
     }
 
