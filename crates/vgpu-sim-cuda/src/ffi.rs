@@ -1395,6 +1395,8 @@ unsafe fn begin_capture_to_graph(s: CUstream, g: CUgraph, deps: *const CUgraphNo
 }
 
 mod data;
+mod library;
 mod query;
 pub use data::*;
+pub use library::*;
 pub use query::*;

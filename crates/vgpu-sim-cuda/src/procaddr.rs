@@ -306,6 +306,18 @@ pub fn table() -> &'static [Entry] {
             "cuDeviceGetGraphMemAttribute" 11040 => cuDeviceGetGraphMemAttribute,
             "cuDeviceSetGraphMemAttribute" 11040 => cuDeviceSetGraphMemAttribute,
             "cuDeviceGraphMemTrim" 11040 => cuDeviceGraphMemTrim,
+            "cuLibraryLoadData" 12000 => cuLibraryLoadData,
+            "cuLibraryLoadFromFile" 12000 => cuLibraryLoadFromFile,
+            "cuLibraryUnload" 12000 => cuLibraryUnload,
+            "cuLibraryGetKernel" 12000 => cuLibraryGetKernel,
+            "cuLibraryGetKernelCount" 12040 => cuLibraryGetKernelCount,
+            "cuLibraryEnumerateKernels" 12040 => cuLibraryEnumerateKernels,
+            "cuLibraryGetModule" 12000 => cuLibraryGetModule,
+            "cuLibraryGetGlobal" 12000 => cuLibraryGetGlobal,
+            "cuKernelGetFunction" 12000 => cuKernelGetFunction,
+            "cuKernelGetLibrary" 12050 => cuKernelGetLibrary,
+            "cuKernelGetAttribute" 12000 => cuKernelGetAttribute,
+            "cuKernelGetName" 12030 => cuKernelGetName,
         ]
     })
 }

@@ -6,6 +6,19 @@ impl Driver {
     /// default stream for handle 0). `max_blocks` caps the grid
     /// (cooperative launches).
     pub fn launch(&self, k: &KernelNode, stream: u64, per_thread: bool, cooperative: bool) -> R {
+        // A library's kernel in place of a function (CUDA 12 allows it):
+        // its function in the stream's context, loaded there at first use.
+        let resolved;
+        let k = if handle_kind(k.func) == Some(T_KERNEL) {
+            let (ctx, _) = self.stream_ctx(stream)?;
+            resolved = KernelNode {
+                func: self.kernel_function_in(k.func, ctx)?,
+                ..*k
+            };
+            &resolved
+        } else {
+            k
+        };
         let KernelNode {
             func: f,
             grid,

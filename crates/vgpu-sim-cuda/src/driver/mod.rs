@@ -20,7 +20,7 @@ mod pool;
 mod stream;
 mod vmm;
 
-pub use module::parse_image;
+pub use module::{parse_image, LibKernel, Library};
 
 pub type R<T = ()> = Result<T, CUresult>;
 
@@ -49,6 +49,8 @@ pub const T_ARRAY: u64 = 10;
 pub const T_MIPMAP: u64 = 11;
 pub const T_VMM: u64 = 12;
 pub const T_LINK: u64 = 13;
+pub const T_LIBRARY: u64 = 14;
+pub const T_KERNEL: u64 = 15;
 /// Handles live in `[HANDLE_BASE, HANDLE_BASE + 2^44)`.
 pub const HANDLE_BASE: u64 = 0x5000_0000_0000;
 
@@ -251,6 +253,9 @@ pub struct Inner {
     pub func_attrs: HashMap<(u64, u32), i32>,
     /// Link states: inputs' kernels so far, and the output once complete.
     pub links: HashMap<u64, crate::query::Link>,
+    /// Libraries (`cuLibraryLoad*`) and their kernels (`CUkernel`).
+    pub libraries: HashMap<u64, module::Library>,
+    pub lib_kernels: HashMap<u64, module::LibKernel>,
     pub primaries: Vec<Primary>,
     /// This process's device memory: one sparse backing over the whole
     /// device address range (made at the first data access), so touched
@@ -516,7 +521,6 @@ impl Driver {
         Ok((c, ctx.dev))
     }
 }
-
 
 /// `CUDA_VISIBLE_DEVICES` as the driver reads it: unset = every device;
 /// otherwise a comma-separated list of indices or (unique prefixes of)

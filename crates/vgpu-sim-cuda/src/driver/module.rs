@@ -1,4 +1,6 @@
-//! Modules and the kernels they offer, and the sim's own image text.
+//! Modules and the kernels they offer, libraries (CUDA 12's
+//! context-independent modules) and their kernels, and the sim's own
+//! image text.
 use super::*;
 
 impl Driver {
@@ -17,7 +19,10 @@ impl Driver {
 
     /// A module offering `kernels`.
     pub fn module_of(&self, kernels: Vec<Kernel>) -> R<u64> {
-        let mut g = self.lock();
+        Ok(Self::module_locked(&mut self.lock(), kernels))
+    }
+
+    fn module_locked(g: &mut Inner, kernels: Vec<Kernel>) -> u64 {
         let mut fids = Vec::new();
         for k in kernels {
             let f = g.id(T_FUNC);
@@ -26,7 +31,7 @@ impl Driver {
         }
         let m = g.id(T_MODULE);
         g.modules.insert(m, fids);
-        Ok(m)
+        m
     }
 
     pub fn module_unload(&self, m: u64) -> R {
@@ -76,22 +81,227 @@ impl Driver {
         Ok(f)
     }
 
-    /// Per-block time of `f` given its first parameter (if the kernel
-    /// takes its time from there).
+    /// Per-block time of `f` (a function, or a library's kernel launched
+    /// in its place) given its first parameter (if the kernel takes its
+    /// time from there).
     pub fn block_ns(&self, f: u64, param_ns: Option<u64>) -> R<u64> {
         let g = self.lock();
-        let k = g.funcs.get(&f).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let k = Self::kernel_def(&g, f).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         Ok(k.block_ns.or(param_ns).unwrap_or(0))
     }
 
     pub fn takes_time_param(&self, f: u64) -> bool {
+        Self::kernel_def(&self.lock(), f).is_some_and(|k| k.block_ns.is_none())
+    }
+
+    /// What a function or a library's kernel runs.
+    fn kernel_def(g: &Inner, f: u64) -> Option<&Kernel> {
+        match handle_kind(f) {
+            Some(T_KERNEL) => g.lib_kernels.get(&f).map(|k| &k.def),
+            _ => g.funcs.get(&f),
+        }
+    }
+
+    // ---- libraries (CUDA 12 library management) ----
+
+    /// `cuLibraryLoad*`: a library of `kernels` (`open`: any name
+    /// resolves). Context-independent, as in the driver: it is loaded into
+    /// a context (a module there) when first used in it.
+    pub fn library_load(&self, kernels: Vec<Kernel>, open: bool) -> R<u64> {
+        let mut g = self.lock();
+        let lib = g.id(T_LIBRARY);
+        let mut ids = Vec::with_capacity(kernels.len());
+        for def in kernels {
+            let k = g.id(T_KERNEL);
+            g.lib_kernels.insert(k, LibKernel { lib, def });
+            ids.push(k);
+        }
+        g.libraries.insert(
+            lib,
+            Library {
+                kernels: ids,
+                open,
+                modules: HashMap::new(),
+            },
+        );
+        Ok(lib)
+    }
+
+    /// `cuLibraryUnload`: the library, its kernels and its modules in
+    /// every context go; their handles are invalid from then on.
+    pub fn library_unload(&self, lib: u64) -> R {
+        let mut g = self.lock();
+        let l = g
+            .libraries
+            .remove(&lib)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        for k in &l.kernels {
+            g.lib_kernels.remove(k);
+        }
+        for m in l.modules.values() {
+            if let Some(fids) = g.modules.remove(m) {
+                for f in fids {
+                    g.funcs.remove(&f);
+                }
+            }
+            g.open_modules.remove(m);
+        }
+        Ok(())
+    }
+
+    /// `cuLibraryGetKernel`: `CUDA_ERROR_NOT_FOUND` for a name the image
+    /// does not define (an open library defines every name).
+    pub fn library_kernel(&self, lib: u64, name: &str) -> R<u64> {
+        let block = self.m.header().image_block_ns;
+        let mut g = self.lock();
+        let l = g
+            .libraries
+            .get(&lib)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let open = l.open;
+        if let Some(k) = l
+            .kernels
+            .iter()
+            .copied()
+            .find(|k| g.lib_kernels.get(k).is_some_and(|k| k.def.name == name))
+        {
+            return Ok(k);
+        }
+        if !open {
+            return Err(CUresult::CUDA_ERROR_NOT_FOUND);
+        }
+        let k = g.id(T_KERNEL);
+        let def = Kernel {
+            name: name.to_string(),
+            block_ns: Some(block),
+        };
+        g.lib_kernels.insert(k, LibKernel { lib, def });
+        if let Some(l) = g.libraries.get_mut(&lib) {
+            l.kernels.push(k);
+        }
+        Ok(k)
+    }
+
+    /// The kernels of a library (`cuLibraryEnumerateKernels`), in image order.
+    pub fn library_kernels(&self, lib: u64) -> R<Vec<u64>> {
         self.lock()
-            .funcs
-            .get(&f)
-            .is_some_and(|k| k.block_ns.is_none())
+            .libraries
+            .get(&lib)
+            .map(|l| l.kernels.clone())
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    /// `cuLibraryGetModule`: the library's module in the current context,
+    /// loading it there if this is its first use.
+    pub fn library_module(&self, lib: u64) -> R<u64> {
+        let (ctx, _) = self.ctx()?;
+        let mut g = self.lock();
+        Self::library_module_locked(&mut g, lib, ctx)
+    }
+
+    fn library_module_locked(g: &mut Inner, lib: u64, ctx: u64) -> R<u64> {
+        let l = g
+            .libraries
+            .get(&lib)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        if let Some(m) = l.modules.get(&ctx) {
+            return Ok(*m);
+        }
+        let open = l.open;
+        let defs: Vec<Kernel> = l
+            .kernels
+            .iter()
+            .filter_map(|k| g.lib_kernels.get(k).map(|k| k.def.clone()))
+            .collect();
+        let m = Self::module_locked(g, defs);
+        if open {
+            g.open_modules.insert(m);
+        }
+        if let Some(l) = g.libraries.get_mut(&lib) {
+            l.modules.insert(ctx, m);
+        }
+        Ok(m)
+    }
+
+    /// `cuKernelGetFunction`: the kernel's function in the current context.
+    pub fn kernel_function(&self, k: u64) -> R<u64> {
+        let (ctx, _) = self.ctx()?;
+        self.kernel_function_in(k, ctx)
+    }
+
+    /// The kernel's function in `ctx`, loading its library there first if
+    /// need be; the same kernel (name, per-block time) as the library's.
+    pub fn kernel_function_in(&self, k: u64, ctx: u64) -> R<u64> {
+        let mut g = self.lock();
+        let LibKernel { lib, def } = g
+            .lib_kernels
+            .get(&k)
+            .cloned()
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let m = Self::library_module_locked(&mut g, lib, ctx)?;
+        let fids = g.modules.get(&m).cloned().unwrap_or_default();
+        if let Some(f) = fids
+            .iter()
+            .copied()
+            .find(|f| g.funcs.get(f).is_some_and(|x| x.name == def.name))
+        {
+            return Ok(f);
+        }
+        // A kernel an open library resolved after it was loaded here.
+        let f = g.id(T_FUNC);
+        g.funcs.insert(f, def);
+        if let Some(v) = g.modules.get_mut(&m) {
+            v.push(f);
+        }
+        Ok(f)
+    }
+
+    /// A library's kernel: its library and definition.
+    pub fn lib_kernel(&self, k: u64) -> R<LibKernel> {
+        self.lock()
+            .lib_kernels
+            .get(&k)
+            .cloned()
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    /// `cuKernelGetAttribute` on device ordinal `dev` (attributes are
+    /// per device for a context-independent kernel).
+    pub fn kernel_attribute(&self, k: u64, attr: u32, dev: i32) -> R<i32> {
+        self.lib_kernel(k)?;
+        let d = self.device(dev)?;
+        self.default_func_attribute(d, attr)
+    }
+
+    /// `cuLibraryGetGlobal`: no image the sim reads declares `__device__`
+    /// globals (its text names kernels only; PTX and cubin globals are not
+    /// parsed), so every name of a live library is `CUDA_ERROR_NOT_FOUND`.
+    pub fn library_global(&self, lib: u64, _name: &str) -> R<(u64, u64)> {
+        if !self.lock().libraries.contains_key(&lib) {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        Err(CUresult::CUDA_ERROR_NOT_FOUND)
     }
 }
 
+/// A loaded library (`CUlibrary`).
+#[derive(Clone, Debug)]
+pub struct Library {
+    /// Its kernels' handles, in image order (an open library adds each
+    /// name it is asked for).
+    pub kernels: Vec<u64>,
+    /// Any kernel name resolves (image contents unreadable).
+    pub open: bool,
+    /// Context -> the module this library was loaded as there.
+    pub modules: HashMap<u64, u64>,
+}
+
+/// A library's kernel (`CUkernel`).
+#[derive(Clone, Debug)]
+pub struct LibKernel {
+    pub lib: u64,
+    pub def: Kernel,
+}
 
 /// Parse a simulated module image (see docs/sim.md):
 ///
@@ -185,4 +395,3 @@ mod tests {
         assert!(parse_image("vgpu-sim-kernel block_us=3").is_none());
     }
 }
-
