@@ -439,6 +439,23 @@ mod tests {
             lookup("cuLaunchKernel", 12000, 1).unwrap().export,
             "cuLaunchKernel"
         );
+        // Library management: 12.0 on; the kernel count from 12.4.
+        assert_eq!(
+            lookup("cuLibraryLoadData", 12000, 0).unwrap().export,
+            "cuLibraryLoadData"
+        );
+        assert_eq!(
+            lookup("cuLibraryLoadData", 11080, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+        );
+        assert_eq!(
+            lookup("cuLibraryGetKernelCount", 12030, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+        );
+        assert_eq!(
+            lookup("cuKernelGetFunction", 12090, 2).unwrap().export,
+            "cuKernelGetFunction"
+        );
         // No per-thread variant: the legacy entry.
         assert_eq!(
             lookup("cuMemAlloc", 12000, 2).unwrap().export,

@@ -378,6 +378,139 @@ fn time_kv<'a>(kvs: impl Iterator<Item = &'a str>) -> Option<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vgpu_cuda_abi::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+    use vgpu_sim::{SimHandle, SimOptions};
+
+    /// A driver of this process on a private machine (no global state but
+    /// the calling thread's context stack).
+    fn driver(sim: &SimHandle) -> Driver {
+        let m = Machine::connect_dir(sim.dir(), true).unwrap();
+        let n = m.device_count();
+        Driver {
+            visible: (0..n).collect(),
+            inner: Mutex::new(Inner {
+                primaries: (0..n).map(|_| Primary::default()).collect(),
+                ..Inner::default()
+            }),
+            primary_lock: (0..n).map(|_| Mutex::new(())).collect(),
+            m,
+        }
+    }
+
+    fn last_seq(d: &Driver, ctx: u64) -> u64 {
+        d.lock().ctxs[&ctx].last_seq
+    }
+
+    #[test]
+    fn libraries_are_context_independent_and_their_kernels_launch_as_functions() {
+        let opts = SimOptions {
+            link_libs: false,
+            ..SimOptions::profile("zero").unwrap()
+        };
+        let sim = SimHandle::start(opts).unwrap();
+        let d = driver(&sim);
+        let defs = parse_image("vgpu-sim-module v1\nkernel spin\nkernel busy block_us=500\n");
+        // Loaded with no context current: a library belongs to none.
+        let lib = d.library_load(defs.unwrap(), false).unwrap();
+        assert_eq!(handle_kind(lib), Some(T_LIBRARY));
+        let spin = d.library_kernel(lib, "spin").unwrap();
+        let busy = d.library_kernel(lib, "busy").unwrap();
+        assert_eq!(handle_kind(busy), Some(T_KERNEL));
+        assert_eq!(d.library_kernel(lib, "spin"), Ok(spin), "one handle per name");
+        assert_eq!(d.library_kernels(lib), Ok(vec![spin, busy]));
+        assert_eq!(
+            d.library_kernel(lib, "nope"),
+            Err(CUresult::CUDA_ERROR_NOT_FOUND)
+        );
+        assert_eq!(
+            d.library_kernel(busy, "spin"),
+            Err(CUresult::CUDA_ERROR_INVALID_HANDLE),
+            "a kernel is not a library"
+        );
+        assert_eq!(
+            d.kernel_function(busy),
+            Err(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+        );
+        assert_eq!(
+            d.kernel_attribute(busy, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0),
+            Ok(1024)
+        );
+        assert_eq!(
+            d.kernel_attribute(busy, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 9),
+            Err(CUresult::CUDA_ERROR_INVALID_DEVICE)
+        );
+        assert_eq!(
+            d.library_global(lib, "g"),
+            Err(CUresult::CUDA_ERROR_NOT_FOUND)
+        );
+
+        // In a context: loaded there (a module) at the first use.
+        let c1 = d.ctx_create(0, 0).unwrap();
+        let f1 = d.kernel_function(busy).unwrap();
+        assert_eq!(handle_kind(f1), Some(T_FUNC));
+        assert_eq!(d.kernel_function(busy), Ok(f1));
+        assert_eq!(d.func_name(f1).as_deref(), Ok("busy"));
+        let m1 = d.library_module(lib).unwrap();
+        assert_eq!(d.module_function(m1, "busy"), Ok(f1));
+        assert_eq!(d.block_ns(f1, None), Ok(500_000));
+        assert_eq!(d.block_ns(busy, None), Ok(500_000), "the same kernel");
+        assert_eq!(d.block_ns(spin, Some(7)), Ok(7));
+        assert!(d.takes_time_param(spin) && !d.takes_time_param(busy));
+
+        // A launch through the kernel handle runs (a launch is queued).
+        let node = |func| KernelNode {
+            func,
+            grid: [2, 1, 1],
+            block: [32, 1, 1],
+            param_ns: None,
+        };
+        d.launch(&node(busy), 0, false, false).unwrap();
+        let after_kernel = last_seq(&d, c1);
+        assert!(after_kernel > 0, "the kernel launch was queued");
+        d.launch(&node(f1), 0, false, false).unwrap();
+        assert!(last_seq(&d, c1) > after_kernel);
+
+        // Another context gets its own function, loaded by the launch.
+        let c2 = d.ctx_create(0, 0).unwrap();
+        d.launch(&node(spin), 0, false, false).unwrap();
+        assert!(last_seq(&d, c2) > 0);
+        let m2 = d.lock().libraries[&lib].modules[&c2];
+        assert_ne!(m1, m2);
+        let f2 = d.kernel_function(busy).unwrap();
+        assert_ne!(f1, f2);
+        assert_eq!(d.module_function(m2, "busy"), Ok(f2));
+
+        // Unloading invalidates every handle it made, in every context.
+        d.library_unload(lib).unwrap();
+        for (what, r) in [
+            ("kernel", d.kernel_function(busy).map(|_| ())),
+            ("function", d.func_name(f1).map(|_| ())),
+            ("other context's function", d.func_name(f2).map(|_| ())),
+            ("module", d.module_function(m1, "busy").map(|_| ())),
+            ("launch", d.launch(&node(busy), 0, false, false)),
+            ("launch of its function", d.launch(&node(f2), 0, false, false)),
+            ("library", d.library_kernel(lib, "busy").map(|_| ())),
+            ("second unload", d.library_unload(lib)),
+        ] {
+            assert_eq!(r, Err(CUresult::CUDA_ERROR_INVALID_HANDLE), "{what}");
+        }
+
+        // An open library (`kernel *`) defines every name it is asked for,
+        // also after it was loaded into a context.
+        let open = parse_image("vgpu-sim-module v1\nkernel *\n").unwrap();
+        let lib = d
+            .library_load(open.into_iter().filter(|k| k.name != "*").collect(), true)
+            .unwrap();
+        assert_eq!(d.library_kernels(lib), Ok(vec![]));
+        d.library_module(lib).unwrap();
+        let any = d.library_kernel(lib, "anything").unwrap();
+        let f = d.kernel_function(any).unwrap();
+        assert_eq!(d.func_name(f).as_deref(), Ok("anything"));
+        assert_eq!(d.block_ns(any, None), Ok(d.m.header().image_block_ns));
+        d.library_unload(lib).unwrap();
+        d.ctx_destroy(c2).unwrap();
+        d.ctx_destroy(c1).unwrap();
+    }
 
     #[test]
     fn images() {
