@@ -1255,8 +1255,10 @@ cu! {
     ) {
         // SAFETY: in-struct from the caller; null is rejected.
         let k = unsafe { inp(params) }?;
+        // 12.0 on, a library's kernel goes in `kern` (with `func` NULL).
+        let func = if k.func.0.is_null() { h(k.kern.0) } else { h(k.func.0) };
         let n = KernelNode {
-            func: h(k.func.0),
+            func,
             grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
             block: [k.blockDimX, k.blockDimY, k.blockDimZ],
             param_ns: None,

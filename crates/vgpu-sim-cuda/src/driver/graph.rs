@@ -16,7 +16,9 @@ impl Driver {
 
     pub fn graph_add_kernel(&self, graph: u64, deps: &[u64], node: KernelNode) -> R<u64> {
         let mut g = self.lock();
-        if !g.funcs.contains_key(&node.func) {
+        // A library's kernel may stand for a function (resolved in the
+        // launching stream's context, as a direct launch is).
+        if !g.funcs.contains_key(&node.func) && !g.lib_kernels.contains_key(&node.func) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         if node.grid.contains(&0) || node.block.contains(&0) {

@@ -416,7 +416,11 @@ mod tests {
         let spin = d.library_kernel(lib, "spin").unwrap();
         let busy = d.library_kernel(lib, "busy").unwrap();
         assert_eq!(handle_kind(busy), Some(T_KERNEL));
-        assert_eq!(d.library_kernel(lib, "spin"), Ok(spin), "one handle per name");
+        assert_eq!(
+            d.library_kernel(lib, "spin"),
+            Ok(spin),
+            "one handle per name"
+        );
         assert_eq!(d.library_kernels(lib), Ok(vec![spin, busy]));
         assert_eq!(
             d.library_kernel(lib, "nope"),
@@ -479,6 +483,15 @@ mod tests {
         let f2 = d.kernel_function(busy).unwrap();
         assert_ne!(f1, f2);
         assert_eq!(d.module_function(m2, "busy"), Ok(f2));
+        // A graph's kernel node may hold the kernel handle too.
+        let graph = d.graph_create(0).unwrap();
+        d.graph_add_kernel(graph, &[], node(busy)).unwrap();
+        let exec = d.graph_instantiate(graph, 0).unwrap();
+        let before = last_seq(&d, c2);
+        d.graph_launch(exec, 0, false).unwrap();
+        assert!(last_seq(&d, c2) > before, "the graph's kernel was queued");
+        d.graph_exec_destroy(exec).unwrap();
+        d.graph_destroy(graph).unwrap();
 
         // Unloading invalidates every handle it made, in every context.
         d.library_unload(lib).unwrap();
@@ -488,7 +501,10 @@ mod tests {
             ("other context's function", d.func_name(f2).map(|_| ())),
             ("module", d.module_function(m1, "busy").map(|_| ())),
             ("launch", d.launch(&node(busy), 0, false, false)),
-            ("launch of its function", d.launch(&node(f2), 0, false, false)),
+            (
+                "launch of its function",
+                d.launch(&node(f2), 0, false, false),
+            ),
             ("library", d.library_kernel(lib, "busy").map(|_| ())),
             ("second unload", d.library_unload(lib)),
         ] {
