@@ -1,7 +1,8 @@
 /* cuda_query: what bindings and JIT-compiling clients call besides
  * allocating and launching, through NVIDIA's cuda.h: stream and context
  * queries, limits, cache config, peers, function attributes, occupancy,
- * loading PTX with cuModuleLoadDataEx, linking, graph memory nodes, and
+ * loading PTX with cuModuleLoadDataEx, linking, CUDA 12's library
+ * management (cuLibrary*, cuKernel*), graph memory nodes, and
  * handles a binding can keep as signed 64-bit integers. Runs unchanged
  * on a real GPU (the JIT'd kernel is conformance/sim_kernel.h's PTX).
  * Prints PASS/FAIL lines.
@@ -79,6 +80,18 @@ WEAK(cuMemAllocAsync);
 WEAK(cuMemFreeAsync);
 WEAK(cuMemcpyHtoD_v2);
 WEAK(cuMemcpyDtoH_v2);
+WEAK(cuFuncGetName);
+WEAK(cuLibraryLoadData);
+WEAK(cuLibraryUnload);
+WEAK(cuLibraryGetKernel);
+WEAK(cuLibraryGetKernelCount);
+WEAK(cuLibraryEnumerateKernels);
+WEAK(cuLibraryGetModule);
+WEAK(cuLibraryGetGlobal);
+WEAK(cuKernelGetFunction);
+WEAK(cuKernelGetLibrary);
+WEAK(cuKernelGetAttribute);
+WEAK(cuKernelGetName);
 
 static size_t free_mem(void) {
     size_t f = 0, t = 0;
@@ -206,6 +219,81 @@ static void test_jit(void) {
     cuEventDestroy_v2(a);
     cuEventDestroy_v2(b);
     OK_CU(cuModuleUnload, mod);
+}
+
+/* CUDA 12's library management, as current Python JIT stacks use it: a
+ * library of the PTX, its kernel launched both as the CUkernel itself
+ * (where a CUfunction goes) and through the context's CUfunction. */
+static void test_library(CUdevice dev) {
+    CUlibrary lib = NULL;
+    if (!OK_CU(cuLibraryLoadData, &lib, SPIN_PTX, NULL, NULL, 0, NULL, NULL, 0))
+        return;
+    check_handle("library", lib);
+    CUkernel k = NULL, none = NULL;
+    if (!OK_CU(cuLibraryGetKernel, &k, lib, "spin")) {
+        OK_CU(cuLibraryUnload, lib);
+        return;
+    }
+    check_handle("kernel", k);
+    CHECK_CU(CUDA_ERROR_NOT_FOUND, cuLibraryGetKernel, &none, lib, "no_such_kernel");
+    unsigned count = 0;
+    if (OK_CU(cuLibraryGetKernelCount, &count, lib) &&
+        CHECK(count == 1, "cuLibraryGetKernelCount = %u", count)) {
+        CUkernel all[1] = {NULL};
+        if (OK_CU(cuLibraryEnumerateKernels, all, 1, lib))
+            CHECK(all[0] == k, "cuLibraryEnumerateKernels lists the kernel cuLibraryGetKernel gave");
+    }
+    const char *name = NULL;
+    if (OK_CU(cuKernelGetName, &name, k))
+        CHECK(name && !strcmp(name, "spin"), "cuKernelGetName = %s", name ? name : "(null)");
+    CUlibrary owner = NULL;
+    if (OK_CU(cuKernelGetLibrary, &owner, k))
+        CHECK(owner == lib, "cuKernelGetLibrary is the loading library");
+    int v = -1;
+    if (OK_CU(cuKernelGetAttribute, &v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, dev))
+        CHECK(v >= 32 && v <= 1024, "kernel MAX_THREADS_PER_BLOCK = %d", v);
+    CUdeviceptr gp = 0;
+    size_t gb = 0;
+    CHECK_CU(CUDA_ERROR_NOT_FOUND, cuLibraryGetGlobal, &gp, &gb, lib, "no_such_global");
+    CUfunction fn = NULL, again = NULL;
+    if (OK_CU(cuKernelGetFunction, &fn, k)) {
+        check_handle("function of a kernel", fn);
+        if (OK_CU(cuKernelGetFunction, &again, k))
+            CHECK(again == fn, "cuKernelGetFunction gives one function per context");
+        const char *fname = NULL;
+        if (OK_CU(cuFuncGetName, &fname, fn))
+            CHECK(fname && !strcmp(fname, "spin"), "its function is spin (%s)", fname ? fname : "(null)");
+        CUmodule mod = NULL;
+        CUfunction mf = NULL;
+        if (OK_CU(cuLibraryGetModule, &mod, lib) && OK_CU(cuModuleGetFunction, &mf, mod, "spin"))
+            CHECK(mf == fn, "the library's module in this context holds that function");
+    }
+    CUevent a, b;
+    CU(cuEventCreate, &a, CU_EVENT_DEFAULT);
+    CU(cuEventCreate, &b, CU_EVENT_DEFAULT);
+    uint64_t ns = 1000000;
+    void *args[] = {&ns};
+    OK_CU(cuEventRecord, a, 0);
+    OK_CU(cuLaunchKernel, (CUfunction)k, 4, 1, 1, 128, 1, 1, 0, 0, args, NULL);
+    if (fn)
+        OK_CU(cuLaunchKernel, fn, 4, 1, 1, 128, 1, 1, 0, 0, args, NULL);
+    OK_CU(cuEventRecord, b, 0);
+    OK_CU(cuEventSynchronize, b);
+    float ms = -1;
+    if (OK_CU(cuEventElapsedTime, &ms, a, b))
+        CHECK(ms > 0.0f, "a library's kernel ran, as a CUkernel and as a CUfunction (%.3f ms)", ms);
+    cuEventDestroy_v2(a);
+    cuEventDestroy_v2(b);
+    OK_CU(cuLibraryUnload, lib);
+    /* A real driver's handles are pointers: using one after the unload is
+     * not something to try there. The simulator's are checked. */
+    if (getenv("VGPU_SIM_DIR")) {
+        CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuLibraryGetKernel, &none, lib, "spin");
+        CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuKernelGetFunction, &again, k);
+        CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuLaunchKernel, (CUfunction)k, 1, 1, 1, 32, 1, 1, 0, 0, args, NULL);
+        if (fn)
+            CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuLaunchKernel, fn, 1, 1, 1, 32, 1, 1, 0, 0, args, NULL);
+    }
 }
 
 static void test_link(void) {
@@ -352,6 +440,7 @@ int main(void) {
     OK_CU(cuCtxSetCurrent, ctx);
     test_jit();
     test_link();
+    test_library(dev);
     test_graph_memory(dev);
     test_captured_graph_memory(dev);
     OK_CU(cuDevicePrimaryCtxRelease_v2, dev);

@@ -78,6 +78,14 @@ fn queries_jit_linking_and_graph_memory_on_two_devices() {
     // trim; a captured stream-ordered allocation is a node, backed at launch.
     assert!(r.stdout.contains("PASS cuDeviceGraphMemTrim gives"), "{r}");
     assert!(r.stdout.contains("PASS its launch backs"), "{r}");
+    // CUDA 12's library management: a CUkernel launches where a
+    // CUfunction goes, and the unloaded library's handles are errors.
+    assert!(r.stdout.contains("PASS a library's kernel ran"), "{r}");
+    assert!(
+        r.stdout
+            .contains("PASS cuKernelGetFunction -> CUDA_ERROR_INVALID_HANDLE"),
+        "{r}"
+    );
     assert_ok(&r);
 }
 

@@ -209,6 +209,12 @@ pub const CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED: c_uint = 3;
 pub const CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: c_uint = 4;
 
 pub type CUjitInputType = c_uint;
+/// `CUjit_option` (JIT options of `cuModuleLoadDataEx`, `cuLibraryLoad*`).
+pub type CUjit_option = c_uint;
+/// `CUlibraryOption` (`cuLibraryLoad*`).
+pub type CUlibraryOption = c_uint;
+pub const CU_LIBRARY_BINARY_IS_PRESERVED: CUlibraryOption = 1;
+pub const CU_LIBRARY_NUM_OPTIONS: CUlibraryOption = 2;
 pub const CU_JIT_INPUT_CUBIN: c_uint = 0;
 pub const CU_JIT_INPUT_PTX: c_uint = 1;
 pub const CU_JIT_INPUT_FATBINARY: c_uint = 2;

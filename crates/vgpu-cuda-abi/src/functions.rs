@@ -349,6 +349,21 @@ macro_rules! client_functions {
             cuda fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
             cuda fn cuGraphAddMemFreeNode(node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, dptr: CUdeviceptr) -> CUresult;
             cuda fn cuDeviceSetGraphMemAttribute(dev: CUdevice, attr: CUgraphMem_attribute, v: *mut c_void) -> CUresult;
+            // --- simulated too: library management (CUDA 12.0+; a `CUkernel`
+            // may stand for a `CUfunction` in a launch, which the interposer
+            // paces like any other, so none of these is hooked)
+            cuda fn cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jitOptions: *mut CUjit_option, jitOptionsValues: *mut *mut c_void, numJitOptions: c_uint, libraryOptions: *mut CUlibraryOption, libraryOptionValues: *mut *mut c_void, numLibraryOptions: c_uint) -> CUresult;
+            cuda fn cuLibraryLoadFromFile(library: *mut CUlibrary, fileName: *const c_char, jitOptions: *mut CUjit_option, jitOptionsValues: *mut *mut c_void, numJitOptions: c_uint, libraryOptions: *mut CUlibraryOption, libraryOptionValues: *mut *mut c_void, numLibraryOptions: c_uint) -> CUresult;
+            cuda fn cuLibraryUnload(library: CUlibrary) -> CUresult;
+            cuda fn cuLibraryGetKernel(pKernel: *mut CUkernel, library: CUlibrary, name: *const c_char) -> CUresult;
+            cuda fn cuLibraryGetKernelCount(count: *mut c_uint, lib: CUlibrary) -> CUresult;
+            cuda fn cuLibraryEnumerateKernels(kernels: *mut CUkernel, numKernels: c_uint, lib: CUlibrary) -> CUresult;
+            cuda fn cuLibraryGetModule(pMod: *mut CUmodule, library: CUlibrary) -> CUresult;
+            cuda fn cuLibraryGetGlobal(dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult;
+            cuda fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult;
+            cuda fn cuKernelGetLibrary(pLib: *mut CUlibrary, kernel: CUkernel) -> CUresult;
+            cuda fn cuKernelGetAttribute(pi: *mut c_int, attrib: CUfunction_attribute, kernel: CUkernel, dev: CUdevice) -> CUresult;
+            cuda fn cuKernelGetName(name: *mut *const c_char, hfunc: CUkernel) -> CUresult;
             // --- simulated too: NVML queries
             nvml fn nvmlInit() -> nvmlReturn_t;
             nvml fn nvmlInitWithFlags(flags: c_uint) -> nvmlReturn_t;

@@ -340,6 +340,54 @@ fn a_synchronizing_loop_is_held() {
     t.finish();
 }
 
+/// CUDA 12's library management (what current Python JIT stacks call):
+/// tenants that load no module, only a library, and launch its kernel
+/// either as the `CUkernel` itself where a `CUfunction` goes or through
+/// `cuKernelGetFunction`, are held to 30 % and their waits accounted like
+/// any other launch's. Nothing of the library family is hooked: the
+/// launch entry points are, whatever the handle.
+#[test]
+fn launches_through_a_library_kernel_are_paced() {
+    let _x = exclusive();
+    let runs = [
+        ("library", "proc12", "kernel,ex,kernel_ptsz"),
+        ("library_function", "dlsym", "kernel,coop"),
+    ];
+    let cs: Vec<Container> = runs
+        .iter()
+        .map(|_| container(Some("vgpu-limits 1\ndevice * sm=30\n")))
+        .collect();
+    let mut ts: Vec<Tenant> = runs
+        .iter()
+        .zip(&cs)
+        .map(|((source, route, paths), c)| {
+            Tenant::spawn(
+                &c.cache,
+                &[route, paths, "1500", "1000", "async"],
+                &c.env(&[("LAUNCHER_KERNEL", source)]),
+            )
+        })
+        .collect();
+    for ((t, c), (source, _, paths)) in ts.iter_mut().zip(&cs).zip(runs) {
+        let w = t.windows(Duration::from_secs(90));
+        assert_eq!(w.len(), paths.split(',').count(), "{source}: {w:?}");
+        for (path, a, b, n) in &w {
+            assert!(*n > 0, "{source} {path}: no launch");
+            in_band(&format!("{source} {path}"), share(&[t.pid], *a, *b), 30.0);
+        }
+        let s = c.slot_of(t.pid);
+        assert!(
+            s.limiter.devices.iter().any(|d| d.waited_ns > 0),
+            "{source}: the limiter never held a launch: {:?}",
+            s.limiter
+        );
+        assert!(c.snapshot().devices[0].pacing.util_at_ns > 0);
+    }
+    for t in ts {
+        t.finish();
+    }
+}
+
 /// Two containers at 30 % and 70 % on one device, each in its band.
 #[test]
 fn two_tenants_at_30_and_70_each_hold_their_share() {

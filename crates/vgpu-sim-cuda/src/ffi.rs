@@ -1255,8 +1255,10 @@ cu! {
     ) {
         // SAFETY: in-struct from the caller; null is rejected.
         let k = unsafe { inp(params) }?;
+        // 12.0 on, a library's kernel goes in `kern` (with `func` NULL).
+        let func = if k.func.0.is_null() { h(k.kern.0) } else { h(k.func.0) };
         let n = KernelNode {
-            func: h(k.func.0),
+            func,
             grid: [k.gridDimX, k.gridDimY, k.gridDimZ],
             block: [k.blockDimX, k.blockDimY, k.blockDimZ],
             param_ns: None,
@@ -1395,6 +1397,8 @@ unsafe fn begin_capture_to_graph(s: CUstream, g: CUgraph, deps: *const CUgraphNo
 }
 
 mod data;
+mod library;
 mod query;
 pub use data::*;
+pub use library::*;
 pub use query::*;

@@ -306,6 +306,18 @@ pub fn table() -> &'static [Entry] {
             "cuDeviceGetGraphMemAttribute" 11040 => cuDeviceGetGraphMemAttribute,
             "cuDeviceSetGraphMemAttribute" 11040 => cuDeviceSetGraphMemAttribute,
             "cuDeviceGraphMemTrim" 11040 => cuDeviceGraphMemTrim,
+            "cuLibraryLoadData" 12000 => cuLibraryLoadData,
+            "cuLibraryLoadFromFile" 12000 => cuLibraryLoadFromFile,
+            "cuLibraryUnload" 12000 => cuLibraryUnload,
+            "cuLibraryGetKernel" 12000 => cuLibraryGetKernel,
+            "cuLibraryGetKernelCount" 12040 => cuLibraryGetKernelCount,
+            "cuLibraryEnumerateKernels" 12040 => cuLibraryEnumerateKernels,
+            "cuLibraryGetModule" 12000 => cuLibraryGetModule,
+            "cuLibraryGetGlobal" 12000 => cuLibraryGetGlobal,
+            "cuKernelGetFunction" 12000 => cuKernelGetFunction,
+            "cuKernelGetLibrary" 12050 => cuKernelGetLibrary,
+            "cuKernelGetAttribute" 12000 => cuKernelGetAttribute,
+            "cuKernelGetName" 12030 => cuKernelGetName,
         ]
     })
 }
@@ -426,6 +438,23 @@ mod tests {
         assert_eq!(
             lookup("cuLaunchKernel", 12000, 1).unwrap().export,
             "cuLaunchKernel"
+        );
+        // Library management: 12.0 on; the kernel count from 12.4.
+        assert_eq!(
+            lookup("cuLibraryLoadData", 12000, 0).unwrap().export,
+            "cuLibraryLoadData"
+        );
+        assert_eq!(
+            lookup("cuLibraryLoadData", 11080, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+        );
+        assert_eq!(
+            lookup("cuLibraryGetKernelCount", 12030, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+        );
+        assert_eq!(
+            lookup("cuKernelGetFunction", 12090, 2).unwrap().export,
+            "cuKernelGetFunction"
         );
         // No per-thread variant: the legacy entry.
         assert_eq!(

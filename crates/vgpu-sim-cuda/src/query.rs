@@ -164,6 +164,12 @@ impl Driver {
         }
         drop(g);
         let (_, dev) = self.ctx()?;
+        self.default_func_attribute(dev, attr)
+    }
+
+    /// A function attribute's value on device `dev` (machine index) before
+    /// any `cuFuncSetAttribute`.
+    pub fn default_func_attribute(&self, dev: usize, attr: u32) -> R<i32> {
         let d = self.m.device(dev).map_err(crate::driver::machine_err)?;
         let cc = (d.cc_major * 10 + d.cc_minor) as i32;
         Ok(match attr {

@@ -16,6 +16,13 @@
  * LAUNCHER_QUERY=1 a second thread calls cuMemGetInfo every 10 ms and the
  * end reports the slowest answer. Then "done", and the process holds
  * until stdin closes (so the test can read its slot).
+ *
+ * LAUNCHER_KERNEL picks where the kernel comes from: module (default:
+ * cuModuleLoadData + cuModuleGetFunction), library (CUDA 12's
+ * cuLibraryLoadData + cuLibraryGetKernel, the CUkernel passed where a
+ * CUfunction goes, as CUDA 12 allows; no module is loaded) or
+ * library_function (the same library, the CUfunction from
+ * cuKernelGetFunction). The graph paths need module.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -145,12 +152,30 @@ int main(int argc, char **argv) {
         die("cuDeviceGet", r);
     if ((r = cuCtxCreate(&ctx, 0, dev)))
         die("cuCtxCreate", r);
-    CUmodule mod;
-    if ((r = cuModuleLoadData(&mod, "vgpu-sim-module v1\nkernel spin\n")))
-        die("cuModuleLoadData", r);
+    const char *image = "vgpu-sim-module v1\nkernel spin\n";
+    const char *source = getenv("LAUNCHER_KERNEL") ? getenv("LAUNCHER_KERNEL") : "module";
     CUfunction fn;
-    if ((r = cuModuleGetFunction(&fn, mod, "spin")))
-        die("cuModuleGetFunction", r);
+    if (!strcmp(source, "module")) {
+        CUmodule mod;
+        if ((r = cuModuleLoadData(&mod, image)))
+            die("cuModuleLoadData", r);
+        if ((r = cuModuleGetFunction(&fn, mod, "spin")))
+            die("cuModuleGetFunction", r);
+    } else {
+        CUlibrary lib;
+        CUkernel kern;
+        if ((r = cuLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0)))
+            die("cuLibraryLoadData", r);
+        if ((r = cuLibraryGetKernel(&kern, lib, "spin")))
+            die("cuLibraryGetKernel", r);
+        if (!strcmp(source, "library"))
+            fn = (CUfunction)kern;
+        else if (!strcmp(source, "library_function")) {
+            if ((r = cuKernelGetFunction(&fn, kern)))
+                die("cuKernelGetFunction", r);
+        } else
+            die(source, -3);
+    }
     /* One block: the kernel takes its parameter's time on the simulator. */
     uint64_t ns = kernel_ns;
     void *params[] = {&ns};

@@ -28,12 +28,23 @@ unsafe fn bytes<'a>(p: *const c_void, n: u64) -> R<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n as usize) })
 }
 
-/// Load a module from an image in memory of unknown length: the sim's
-/// text, PTX (NUL-terminated), a cubin (length from its ELF header) or a
-/// fatbin (from its header), or a fatbin wrapper pointing at one.
+/// Load a module from an image in memory of unknown length.
 ///
 /// Safety: `image` is a valid image per `cuModuleLoadData`'s contract.
 pub(super) unsafe fn load_image(image: *const c_void) -> R<u64> {
+    // SAFETY: per this function's contract.
+    unsafe { image_bytes(image, &mut load_image_bytes) }
+}
+
+/// Hand `load` the whole of an image in memory of unknown length: the
+/// sim's text, PTX (NUL-terminated), a cubin (length from its ELF header)
+/// or a fatbin (from its header), or a fatbin wrapper pointing at one.
+///
+/// Safety: `image` is a valid image per `cuModuleLoadData`'s contract.
+pub(super) unsafe fn image_bytes(
+    image: *const c_void,
+    load: &mut dyn FnMut(&[u8]) -> R<u64>,
+) -> R<u64> {
     if image.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -62,7 +73,7 @@ pub(super) unsafe fn load_image(image: *const c_void) -> R<u64> {
             let len = image::elf_len(hdr, read).ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
             // SAFETY: the cubin's extent from its own headers.
             let all = unsafe { bytes(image, len) }?;
-            load_image_bytes(all)
+            load(all)
         }
         Some(Format::Fatbin) => {
             // SAFETY: a fatbin starts with a 16-byte header.
@@ -70,7 +81,7 @@ pub(super) unsafe fn load_image(image: *const c_void) -> R<u64> {
             let len = image::fatbin_len(hdr).ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
             // SAFETY: the fatbin's extent from its own header.
             let all = unsafe { bytes(image, len) }?;
-            load_image_bytes(all)
+            load(all)
         }
         Some(Format::FatbinWrapper) => {
             // SAFETY: `{ int magic; int version; const void *data; ... }`.
@@ -85,12 +96,12 @@ pub(super) unsafe fn load_image(image: *const c_void) -> R<u64> {
                 return Err(CUresult::CUDA_ERROR_INVALID_IMAGE);
             }
             // SAFETY: the wrapper's data pointer names the fatbin.
-            unsafe { load_image(data) }
+            unsafe { image_bytes(data, load) }
         }
         _ => {
             // SAFETY: text images are NUL-terminated.
             let t = unsafe { CStr::from_ptr(image.cast::<c_char>()) };
-            load_image_bytes(t.to_bytes())
+            load(t.to_bytes())
         }
     }
 }
@@ -535,7 +546,7 @@ unsafe fn cuStreamGetCtx_v2_impl(s: CUstream, ctx: *mut CUcontext, green: *mut C
 }
 
 /// A NUL-terminated copy of `s` that lives as long as the process.
-fn intern(s: &str) -> *const c_char {
+pub(super) fn intern(s: &str) -> *const c_char {
     use std::collections::HashMap;
     use std::sync::Mutex;
     static NAMES: Mutex<Option<HashMap<String, std::ffi::CString>>> = Mutex::new(None);
