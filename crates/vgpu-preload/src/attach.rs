@@ -406,53 +406,52 @@ fn attached_hook() {
 
 #[cfg(feature = "failpoints")]
 mod heartbeat {
-    //! The owned thread's test job: appends `<event> <pid>` lines to a file
-    //! (`started`, every tick `tick`, `stopped`), so a test can see the
+    //! The owned thread's test task: appends `<event> <pid>` lines to a
+    //! file (`started`, every run `tick`, `stopped`), so a test can see the
     //! thread start lazily, restart in a forked child and stop at exit.
     use std::io::Write;
     use std::path::{Path, PathBuf};
     use std::sync::OnceLock;
     use std::time::Duration;
 
-    use crate::process::{self, Job};
+    use crate::process::{self, Next, Periodic, Task};
 
-    struct Heartbeat {
-        path: PathBuf,
-    }
+    struct Heartbeat;
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    static TASK: Periodic = Periodic::new(&Heartbeat);
 
-    impl Heartbeat {
-        fn note(&self, what: &str) {
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-            {
-                let _ = writeln!(f, "{what} {}", std::process::id());
-            }
+    fn note(what: &str) {
+        let Some(path) = PATH.get() else { return };
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{what} {}", std::process::id());
         }
     }
 
-    impl Job for Heartbeat {
-        fn tick(&self) -> Duration {
-            self.note("tick");
-            Duration::from_millis(20)
+    impl Task for Heartbeat {
+        fn run(&self, _now_ns: u64) -> Next {
+            note("tick");
+            Next::After(Duration::from_millis(20))
         }
         fn stopped(&self) {
-            self.note("stopped");
+            note("stopped");
+        }
+        fn name(&self) -> &'static str {
+            "test heartbeat"
         }
     }
 
     pub fn start(path: &Path) {
-        static JOB: OnceLock<Heartbeat> = OnceLock::new();
-        let job = JOB.get_or_init(|| Heartbeat {
-            path: path.to_path_buf(),
-        });
-        if process::owned_thread_running() {
+        PATH.get_or_init(|| path.to_path_buf());
+        if process::scheduled(&TASK) {
             return;
         }
-        job.note("started");
-        if let Err(e) = process::start_owned_thread(job) {
-            job.note("failed");
+        note("started");
+        if let Err(e) = process::schedule(&TASK) {
+            note("failed");
             crate::warn!("owned thread: {e}");
         }
     }
