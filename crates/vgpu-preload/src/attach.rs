@@ -1,17 +1,17 @@
 //! The per-process attachment: this process's configuration, its slot in
 //! the container's region (the [`Ledger`]) and the tables of what it
 //! charged, built lazily at the first hook that needs them (normally
-//! `cuInit`) and published through one atomic pointer, so a hot path that
-//! only asks "attached?" is a single load.
+//! `cuInit`) and published in a [`process::PerImage`] cell, so a hot path
+//! that only asks "attached?" is one load and one compare.
 //!
-//! After `fork` the child drops the pointer (fork-child callback: atomics
-//! only) and attaches again as itself at its next call, with its own slot
-//! and empty tables; at exit the slot is released.
+//! After `fork` the parent's state is stale in the child (an older
+//! generation): the child attaches again as itself at its next call, with
+//! its own slot and empty tables; at exit the slot is released.
 //!
 //! Must never wait on another process (mapping the region and claiming a
 //! slot are local file operations and one CAS), and never attach from a
 //! constructor.
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use vgpu_region::Unusable;
 
@@ -136,9 +136,8 @@ fn origin(s: &Snapshot) -> String {
     }
 }
 
-static PROC: AtomicPtr<Proc> = AtomicPtr::new(std::ptr::null_mut());
-/// 0 idle, 1 attaching (another thread of this process is building PROC).
-static ATTACHING: AtomicU8 = AtomicU8::new(0);
+/// This image's state: a forked child attaches again as itself.
+static PROC: process::PerImage<Proc> = process::PerImage::new();
 static CONFIG_LOGGED: AtomicBool = AtomicBool::new(false);
 static HANDLERS: AtomicBool = AtomicBool::new(false);
 
@@ -146,9 +145,7 @@ static HANDLERS: AtomicBool = AtomicBool::new(false);
 /// nothing to do before `cuInit`.
 #[inline]
 pub fn attached() -> Option<&'static Proc> {
-    let p = PROC.load(Ordering::Acquire);
-    // SAFETY: PROC only ever holds null or a leaked `Box<Proc>`, never freed.
-    unsafe { p.as_ref() }
+    PROC.get()
 }
 
 /// The state, attaching first if needed (which may call the real `cuInit`
@@ -161,67 +158,31 @@ pub fn proc() -> Option<&'static Proc> {
 /// Builds and publishes the state. Returns `None` only when `may_init` is
 /// false and the region has to be created first (the caller retries after
 /// the real `cuInit`), or when re-entered on the thread that is attaching.
+/// Another thread of this process that is attaching meanwhile is waited
+/// for (local work only: mapping a file, one CAS): one process, one slot.
 pub fn attach(may_init: bool, drv: &dyn CudaDriver) -> Option<&'static Proc> {
-    loop {
-        if let Some(p) = attached() {
-            return Some(p);
-        }
-        if ATTACHING
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            // Another thread may have published between our first look and
-            // the exchange: one process, one slot, so look again.
-            if let Some(p) = attached() {
-                ATTACHING.store(0, Ordering::Release);
-                return Some(p);
-            }
-            register_handlers();
-            let gen = process::generation();
-            let built = {
-                let _inside = Inside::enter(Section::Attaching);
-                build(may_init, drv)
-            };
-            let out = built.map(|b| {
-                let p: &'static Proc = Box::leak(Box::new(b));
-                // A fork in the middle makes this state the parent's, not ours.
-                if process::generation() == gen {
-                    PROC.store(p as *const Proc as *mut Proc, Ordering::Release);
-                }
-                p
-            });
-            ATTACHING.store(0, Ordering::Release);
-            if out.is_some() {
-                attached_hook();
-            }
-            return out;
-        }
-        if process::inside(Section::Attaching) {
-            return None;
-        }
-        // Another thread of this process is attaching (local work only:
-        // mapping a file, one CAS); wait for it.
-        std::thread::yield_now();
+    let mut built = false;
+    let out = PROC.get_or_build(|| {
+        register_handlers();
+        let _inside = Inside::enter(Section::Attaching)?;
+        let p = build(may_init, drv)?;
+        built = true;
+        Some(p)
+    });
+    if built && out.is_some() {
+        attached_hook();
     }
+    out
 }
 
 fn register_handlers() {
     if !HANDLERS.swap(true, Ordering::AcqRel) {
-        process::on_fork_child(forked);
         process::on_exit(release_at_exit);
     }
 }
 
-/// Fork child: the parent's state stays the parent's. Atomics only.
-fn forked() {
-    PROC.store(std::ptr::null_mut(), Ordering::Release);
-    ATTACHING.store(0, Ordering::Release);
-}
-
 fn release_at_exit() {
-    let p = PROC.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    // SAFETY: PROC only holds null or a leaked Box<Proc>.
-    if let Some(p) = unsafe { p.as_ref() } {
+    if let Some(p) = PROC.take() {
         if p.pid == sys::getpid() {
             if let Some(l) = &p.ledger {
                 l.unregister();

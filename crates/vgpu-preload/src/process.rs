@@ -709,7 +709,7 @@ mod tests {
     #[test]
     fn an_older_generations_value_and_claim_are_stale() {
         let old = generation().wrapping_sub(1);
-        let leaked = |v| Box::leak(Box::new(Built { gen: old, value: v })) as *mut Built<u32>;
+        let leaked = |v: u32| Box::into_raw(Box::new(Built { gen: old, value: v }));
         // A value built by the parent image: rebuilt, unless inherited.
         let cell: PerImage<u32> = PerImage::new();
         cell.value.store(leaked(1), Ordering::Release);
