@@ -1,7 +1,9 @@
 //! Process-level mechanics every layer above relies on: the generation
 //! counter, the library's ONE `pthread_atfork` child handler and ONE
 //! `atexit` handler (modules register callbacks with them), the ONE
-//! per-thread re-entrancy guard, and the one thread the library may own.
+//! per-thread re-entrancy guard, the ONE shape of lazily built per-process
+//! state ([`PerImage`]), and the one thread the library may own, which runs
+//! the modules' periodic tasks ([`Periodic`]).
 //!
 //! The per-process *state* built on these (configuration, region, charge
 //! tables) is [`crate::attach`]'s; this module knows nothing of CUDA.
