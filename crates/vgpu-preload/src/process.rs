@@ -246,6 +246,9 @@ impl<T: Send + Sync + 'static> PerImage<T> {
     /// The value, built by `build` first if this image has none (see the
     /// type's rules for concurrent, re-entered and failed builds).
     pub fn get_or_build(&self, build: impl FnOnce() -> Option<T>) -> Option<&'static T> {
+        // The generation must move in a forked child, or a claim of a
+        // parent thread that is gone there would look current forever.
+        install();
         let me = thread_token();
         let mut looks = 0u32;
         loop {
@@ -739,7 +742,6 @@ mod tests {
     fn a_forked_child_builds_its_own_and_keeps_inherited_ones() {
         static FRESH: PerImage<u32> = PerImage::new();
         static KEPT: PerImage<u32> = PerImage::inherited();
-        install();
         let parent = *FRESH.get_or_build(|| Some(sys::getpid() as u32)).unwrap();
         assert_eq!(KEPT.get_or_build(|| Some(10)), Some(&10));
         // SAFETY: the child only reads atomics, allocates (glibc's malloc
