@@ -384,6 +384,25 @@ mod tests {
     }
 
     #[test]
+    fn the_retry_task_runs_when_the_backoff_is_due_and_stops_once_resolved() {
+        use process::Next;
+        let s = Ident::default();
+        s.state.store(FAILED, Ordering::SeqCst);
+        s.next_retry_ns.store(5_000_000_000, Ordering::SeqCst);
+        assert_eq!(
+            retry_after(&s, 1_000_000_000),
+            Next::After(Duration::from_secs(4))
+        );
+        // Overdue: at once.
+        assert_eq!(retry_after(&s, 6_000_000_000), Next::After(Duration::ZERO));
+        // Another thread resolving (the first context): look again soon.
+        s.state.store(RUNNING, Ordering::SeqCst);
+        assert_eq!(retry_after(&s, 0), Next::After(BUSY_RECHECK));
+        s.state.store(RESOLVED, Ordering::SeqCst);
+        assert_eq!(retry_after(&s, 0), Next::Stop);
+    }
+
+    #[test]
     fn nothing_configured_names_the_reason() {
         let s = identity_of(&[(config::ENV_IDENTITY_TIERS, "procfs")]);
         let out = run(&s);
