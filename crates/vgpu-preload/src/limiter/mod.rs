@@ -16,7 +16,7 @@
 //! change reaches it. Waits happen here, on the launching thread, never in
 //! a signal handler. Must never block a launch that is not paced, nor
 //! switch a configured limit off silently.
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use vgpu_cuda_abi::{CUevent, CUgraphExec, CUresult, CUstream};
@@ -64,11 +64,9 @@ impl Launch {
 /// True while this image may pace a launch (or has not built its state
 /// yet: the slow path builds it). The unlimited launch path is this load.
 static SLOW: AtomicBool = AtomicBool::new(true);
-/// This image's state (a leaked box; an older generation's is the
-/// parent's, left behind after a fork).
-static LIM: AtomicPtr<Limiter> = AtomicPtr::new(std::ptr::null_mut());
-/// generation + 1 of the thread building `LIM` (0: none).
-static BUILDING: AtomicU32 = AtomicU32::new(0);
+/// This image's state (`build_for` leaks it; an older generation's is the
+/// parent's, stale in a forked child, which builds its own).
+static LIM: process::PerImage<&'static Limiter> = process::PerImage::new();
 /// Stream captures in progress (`cuStreamBeginCapture` … `EndCapture`):
 /// while any is, a launch asks the driver whether its stream is captured.
 static CAPTURES: AtomicU32 = AtomicU32::new(0);
@@ -102,7 +100,6 @@ impl Dev {
 
 /// This process image's limiter.
 pub struct Limiter {
-    gen: u32,
     pub p: &'static Proc,
     pub devs: Vec<Dev>,
     job: std::sync::Mutex<job::State>,
@@ -111,9 +108,7 @@ pub struct Limiter {
 /// The state if built for this image (never builds).
 #[inline]
 fn current() -> Option<&'static Limiter> {
-    // SAFETY: LIM only ever holds null or a leaked `Box<Limiter>`, never freed.
-    let l = unsafe { LIM.load(Ordering::Acquire).as_ref() }?;
-    (l.gen == process::generation()).then_some(l)
+    LIM.get().copied()
 }
 
 /// The state, built first if needed.
@@ -121,47 +116,32 @@ fn get() -> Option<&'static Limiter> {
     current().or_else(build)
 }
 
+/// Builds this image's state: one thread builds, the others of the image
+/// wait for it; `None` when re-entered on the building thread or when the
+/// process cannot attach.
 #[cold]
 fn build() -> Option<&'static Limiter> {
-    let gen = process::generation();
-    let mine = gen.wrapping_add(1);
-    loop {
-        if let Some(l) = current() {
-            return Some(l);
-        }
-        if BUILDING
-            .compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let built = attach::proc().map(|p| build_for(p, gen));
-            if let Some(l) = built {
-                if process::generation() == gen {
-                    LIM.store(l as *const Limiter as *mut Limiter, Ordering::Release);
-                }
-            }
-            BUILDING.store(0, Ordering::Release);
-            if let Some(l) = built {
-                job::first_refresh(l);
-                // Without a region nothing can change later (no limits
-                // generation to watch, no utilization to publish), so an
-                // unlimited process without one needs no thread.
-                if l.p.ledger.is_some() || SLOW.load(Ordering::Acquire) {
-                    job::start();
-                }
-            }
-            return built;
-        }
-        if BUILDING.load(Ordering::Acquire) == mine {
-            // Another thread of this image is building (a few loads and
-            // one file read); wait for it.
-            std::thread::yield_now();
-        } else {
-            return None;
+    let mut built = false;
+    let l = LIM
+        .get_or_build(|| {
+            let l = attach::proc().map(build_for)?;
+            built = true;
+            Some(l)
+        })
+        .copied()?;
+    if built {
+        job::first_refresh(l);
+        // Without a region nothing can change later (no limits
+        // generation to watch, no utilization to publish), so an
+        // unlimited process without one needs no thread.
+        if l.p.ledger.is_some() || SLOW.load(Ordering::Acquire) {
+            job::start();
         }
     }
+    Some(l)
 }
 
-fn build_for(p: &'static Proc, gen: u32) -> &'static Limiter {
+fn build_for(p: &'static Proc) -> &'static Limiter {
     if !HANDLERS.swap(true, Ordering::AcqRel) {
         process::on_fork_child(forked);
         process::on_exit(job::at_exit);
@@ -208,17 +188,17 @@ fn build_for(p: &'static Proc, gen: u32) -> &'static Limiter {
         })
         .collect();
     Box::leak(Box::new(Limiter {
-        gen,
         p,
         devs,
         job: std::sync::Mutex::new(job::State::default()),
     }))
 }
 
-/// Fork child: the parent's limiter stays the parent's. Atomics only.
+/// Fork child: the parent's limiter stays the parent's (stale by its
+/// generation); the launch path takes the slow path to build the child's.
+/// Atomics only.
 fn forked() {
     SLOW.store(true, Ordering::Release);
-    BUILDING.store(0, Ordering::Release);
     CAPTURES.store(0, Ordering::Release);
 }
 
