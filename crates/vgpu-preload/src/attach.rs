@@ -1,17 +1,17 @@
 //! The per-process attachment: this process's configuration, its slot in
 //! the container's region (the [`Ledger`]) and the tables of what it
 //! charged, built lazily at the first hook that needs them (normally
-//! `cuInit`) and published through one atomic pointer, so a hot path that
-//! only asks "attached?" is a single load.
+//! `cuInit`) and published in a [`process::PerImage`] cell, so a hot path
+//! that only asks "attached?" is one load and one compare.
 //!
-//! After `fork` the child drops the pointer (fork-child callback: atomics
-//! only) and attaches again as itself at its next call, with its own slot
-//! and empty tables; at exit the slot is released.
+//! After `fork` the parent's state is stale in the child (an older
+//! generation): the child attaches again as itself at its next call, with
+//! its own slot and empty tables; at exit the slot is released.
 //!
 //! Must never wait on another process (mapping the region and claiming a
 //! slot are local file operations and one CAS), and never attach from a
 //! constructor.
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use vgpu_region::Unusable;
 
@@ -144,9 +144,8 @@ fn origin(s: &Snapshot) -> String {
     }
 }
 
-static PROC: AtomicPtr<Proc> = AtomicPtr::new(std::ptr::null_mut());
-/// 0 idle, 1 attaching (another thread of this process is building PROC).
-static ATTACHING: AtomicU8 = AtomicU8::new(0);
+/// This image's state: a forked child attaches again as itself.
+static PROC: process::PerImage<Proc> = process::PerImage::new();
 static CONFIG_LOGGED: AtomicBool = AtomicBool::new(false);
 static HANDLERS: AtomicBool = AtomicBool::new(false);
 
@@ -154,9 +153,7 @@ static HANDLERS: AtomicBool = AtomicBool::new(false);
 /// nothing to do before `cuInit`.
 #[inline]
 pub fn attached() -> Option<&'static Proc> {
-    let p = PROC.load(Ordering::Acquire);
-    // SAFETY: PROC only ever holds null or a leaked `Box<Proc>`, never freed.
-    unsafe { p.as_ref() }
+    PROC.get()
 }
 
 /// The state, attaching first if needed (which may call the real `cuInit`
@@ -169,67 +166,31 @@ pub fn proc() -> Option<&'static Proc> {
 /// Builds and publishes the state. Returns `None` only when `may_init` is
 /// false and the region has to be created first (the caller retries after
 /// the real `cuInit`), or when re-entered on the thread that is attaching.
+/// Another thread of this process that is attaching meanwhile is waited
+/// for (local work only: mapping a file, one CAS): one process, one slot.
 pub fn attach(may_init: bool, drv: &dyn CudaDriver) -> Option<&'static Proc> {
-    loop {
-        if let Some(p) = attached() {
-            return Some(p);
-        }
-        if ATTACHING
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            // Another thread may have published between our first look and
-            // the exchange: one process, one slot, so look again.
-            if let Some(p) = attached() {
-                ATTACHING.store(0, Ordering::Release);
-                return Some(p);
-            }
-            register_handlers();
-            let gen = process::generation();
-            let built = {
-                let _inside = Inside::enter(Section::Attaching);
-                build(may_init, drv)
-            };
-            let out = built.map(|b| {
-                let p: &'static Proc = Box::leak(Box::new(b));
-                // A fork in the middle makes this state the parent's, not ours.
-                if process::generation() == gen {
-                    PROC.store(p as *const Proc as *mut Proc, Ordering::Release);
-                }
-                p
-            });
-            ATTACHING.store(0, Ordering::Release);
-            if out.is_some() {
-                attached_hook();
-            }
-            return out;
-        }
-        if process::inside(Section::Attaching) {
-            return None;
-        }
-        // Another thread of this process is attaching (local work only:
-        // mapping a file, one CAS); wait for it.
-        std::thread::yield_now();
+    let mut built = false;
+    let out = PROC.get_or_build(|| {
+        register_handlers();
+        let _inside = Inside::enter(Section::Attaching)?;
+        let p = build(may_init, drv)?;
+        built = true;
+        Some(p)
+    });
+    if built && out.is_some() {
+        attached_hook();
     }
+    out
 }
 
 fn register_handlers() {
     if !HANDLERS.swap(true, Ordering::AcqRel) {
-        process::on_fork_child(forked);
         process::on_exit(release_at_exit);
     }
 }
 
-/// Fork child: the parent's state stays the parent's. Atomics only.
-fn forked() {
-    PROC.store(std::ptr::null_mut(), Ordering::Release);
-    ATTACHING.store(0, Ordering::Release);
-}
-
 fn release_at_exit() {
-    let p = PROC.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    // SAFETY: PROC only holds null or a leaked Box<Proc>.
-    if let Some(p) = unsafe { p.as_ref() } {
+    if let Some(p) = PROC.take() {
         if p.pid == sys::getpid() {
             if let Some(l) = &p.ledger {
                 l.unregister();
@@ -425,53 +386,52 @@ fn attached_hook() {
 
 #[cfg(feature = "failpoints")]
 mod heartbeat {
-    //! The owned thread's test job: appends `<event> <pid>` lines to a file
-    //! (`started`, every tick `tick`, `stopped`), so a test can see the
+    //! The owned thread's test task: appends `<event> <pid>` lines to a
+    //! file (`started`, every run `tick`, `stopped`), so a test can see the
     //! thread start lazily, restart in a forked child and stop at exit.
     use std::io::Write;
     use std::path::{Path, PathBuf};
     use std::sync::OnceLock;
     use std::time::Duration;
 
-    use crate::process::{self, Job};
+    use crate::process::{self, Next, Periodic, Task};
 
-    struct Heartbeat {
-        path: PathBuf,
-    }
+    struct Heartbeat;
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    static TASK: Periodic = Periodic::new(&Heartbeat);
 
-    impl Heartbeat {
-        fn note(&self, what: &str) {
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-            {
-                let _ = writeln!(f, "{what} {}", std::process::id());
-            }
+    fn note(what: &str) {
+        let Some(path) = PATH.get() else { return };
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{what} {}", std::process::id());
         }
     }
 
-    impl Job for Heartbeat {
-        fn tick(&self) -> Duration {
-            self.note("tick");
-            Duration::from_millis(20)
+    impl Task for Heartbeat {
+        fn run(&self, _now_ns: u64) -> Next {
+            note("tick");
+            Next::After(Duration::from_millis(20))
         }
         fn stopped(&self) {
-            self.note("stopped");
+            note("stopped");
+        }
+        fn name(&self) -> &'static str {
+            "test heartbeat"
         }
     }
 
     pub fn start(path: &Path) {
-        static JOB: OnceLock<Heartbeat> = OnceLock::new();
-        let job = JOB.get_or_init(|| Heartbeat {
-            path: path.to_path_buf(),
-        });
-        if process::owned_thread_running() {
+        PATH.get_or_init(|| path.to_path_buf());
+        if process::scheduled(&TASK) {
             return;
         }
-        job.note("started");
-        if let Err(e) = process::start_owned_thread(job) {
-            job.note("failed");
+        note("started");
+        if let Err(e) = process::schedule(&TASK) {
+            note("failed");
             crate::warn!("owned thread: {e}");
         }
     }

@@ -23,7 +23,7 @@
 //! | policy | [`init`], [`limiter`], [`views`], [`memory`], [`identity`] | `cuInit` phases; launch gate; virtual views; memory admission; host PID |
 //! | state | [`attach`] | per-process configuration, region slot, charge tables |
 //! | driver, ledger, limits | [`driver`], [`ledger`], [`limits_source`] | the real-function table and the driver traits; the region; the limits in force (file, else environment) |
-//! | process | [`process`] | generation, fork/exit handlers, re-entrancy guard, the owned thread |
+//! | process | [`process`] | generation, fork/exit handlers, re-entrancy guard, per-image state cell, the owned thread and its periodic tasks |
 //! | base | [`log`], [`config`], [`sys`] | raw-write log; the environment contract; libc glue |
 #![allow(non_snake_case, non_upper_case_globals)]
 

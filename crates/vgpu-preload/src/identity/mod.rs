@@ -9,8 +9,8 @@
 //!   `cuDevicePrimaryCtxRetain`) when an SM limit is configured: the last
 //!   moment the NVML probe can work, since a process that already holds a
 //!   context is in the "before" snapshot and can never appear as new;
-//! - otherwise the limiter's owned thread, once a device is paced (never
-//!   on the launch path).
+//! - otherwise its own task on the owned thread, scheduled by the limiter
+//!   once a device is paced (never on the launch path).
 //!
 //! Tiers, first that works wins: same PID namespace as the host
 //! (`getpid()`), broker, trusted procfs, NVML probe (only while the process
@@ -20,9 +20,10 @@
 //!
 //! Failure is never silent and never turns SM limiting off: the slot says
 //! `Failed` with the reason and the attempts, one warning line is written,
-//! and later limited launches retry with exponential backoff (1 s doubling to
-//! 60 s); between retries a launch costs one atomic load and a clock read.
+//! and the identity task retries with exponential backoff (1 s doubling to
+//! 60 s) while a device is paced; a launch never pays for it.
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
 
 use vgpu_identity::probe::ProbeDriver;
 use vgpu_identity::resolve::{Resolution, ResolveConfig};
@@ -49,52 +50,49 @@ pub fn resolve_config(s: &config::Identity, probe_device: u32) -> ResolveConfig 
     cfg
 }
 
-static FORK_REGISTERED: AtomicBool = AtomicBool::new(false);
-
-/// Registers this module's fork-child reset (once).
-fn register_fork() {
-    if !FORK_REGISTERED.swap(true, Ordering::AcqRel) {
-        process::on_fork_child(on_fork_child);
-    }
-}
-
-// Process-wide state. STATE moves NotStarted -> Running -> Resolved/Failed,
-// Failed -> Running again when a retry is due; only the thread that wins the
-// CAS to Running resolves, the others never wait for it.
+// STATE moves NotStarted -> Running -> Resolved/Failed, Failed -> Running
+// again when a retry is due; only the thread that wins the CAS to Running
+// resolves, the others never wait for it.
 const NOT_STARTED: u8 = 0;
 const RUNNING: u8 = 1;
 const RESOLVED: u8 = 2;
 const FAILED: u8 = 3;
 
-static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
-/// 0: not resolved yet.
-static HOST_PID: AtomicU32 = AtomicU32::new(0);
-/// Tier attempts over all resolutions of this process.
-static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
-/// Failed resolutions (drives the backoff).
-static FAILURES: AtomicU32 = AtomicU32::new(0);
-/// CLOCK_MONOTONIC ns before which a failed identity is not retried.
-static NEXT_RETRY_NS: AtomicU64 = AtomicU64::new(0);
-/// This process has created (or is creating) a context: the probe can no
-/// longer see itself appear.
-static HOLDS_CONTEXT: AtomicBool = AtomicBool::new(false);
-static FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
+/// This process image's identity (a forked child is a new process with its
+/// own host PID and no contexts: it gets a fresh one).
+#[derive(Default)]
+struct Ident {
+    state: AtomicU8,
+    /// 0: not resolved yet.
+    host_pid: AtomicU32,
+    /// Tier attempts over all resolutions of this process.
+    attempts: AtomicU32,
+    /// Failed resolutions (drives the backoff).
+    failures: AtomicU32,
+    /// CLOCK_MONOTONIC ns before which a failed identity is not retried.
+    next_retry_ns: AtomicU64,
+    /// This process has created (or is creating) a context: the probe can
+    /// no longer see itself appear.
+    holds_context: AtomicBool,
+    failure_logged: AtomicBool,
+}
 
-fn on_fork_child() {
-    // Atomics only: the child is a new process with its own host PID and
-    // no contexts.
-    STATE.store(NOT_STARTED, Ordering::Release);
-    HOST_PID.store(0, Ordering::Release);
-    ATTEMPTS.store(0, Ordering::Relaxed);
-    FAILURES.store(0, Ordering::Relaxed);
-    NEXT_RETRY_NS.store(0, Ordering::Relaxed);
-    HOLDS_CONTEXT.store(false, Ordering::Relaxed);
-    FAILURE_LOGGED.store(false, Ordering::Relaxed);
+static IDENT: process::PerImage<Ident> = process::PerImage::new();
+
+/// The state if anything has touched identity in this image (never builds).
+#[inline]
+fn peek() -> Option<&'static Ident> {
+    IDENT.get()
+}
+
+/// The state, made fresh for this image first if needed.
+fn ident() -> Option<&'static Ident> {
+    IDENT.get_or_build(|| Some(Ident::default()))
 }
 
 /// The host PID if some tier has resolved it; never blocks.
 pub fn host_pid() -> Option<u32> {
-    match HOST_PID.load(Ordering::Acquire) {
+    match peek()?.host_pid.load(Ordering::Acquire) {
         0 => None,
         p => Some(p),
     }
@@ -102,13 +100,19 @@ pub fn host_pid() -> Option<u32> {
 
 /// Whether the last resolution failed (every tier; retried with backoff).
 pub fn failed() -> bool {
-    STATE.load(Ordering::Acquire) == FAILED
+    peek().is_some_and(|s| s.state.load(Ordering::Acquire) == FAILED)
 }
 
 /// Records a resolved host PID (tests and future callers that learn it
 /// another way).
 pub fn set_host_pid(pid: u32) {
-    HOST_PID.store(pid, Ordering::Release);
+    if let Some(s) = ident() {
+        s.host_pid.store(pid, Ordering::Release);
+    }
+}
+
+fn state() -> u8 {
+    peek().map_or(NOT_STARTED, |s| s.state.load(Ordering::Acquire))
 }
 
 /// Why identity is being resolved now.
@@ -126,12 +130,11 @@ enum Trigger {
 /// `cuInit`). Lazy mode does nothing but say whether identity will be
 /// needed; eager mode resolves here, between `IdentityEnter`/`IdentityExit`.
 pub fn post_init(p: &Proc) {
-    register_fork();
     if p.cfg.identity.eager {
-        if STATE.load(Ordering::Acquire) == NOT_STARTED {
+        if state() == NOT_STARTED {
             resolve(p, Trigger::Eager, NOT_STARTED);
         }
-    } else if !p.sm_limited && STATE.load(Ordering::Acquire) == NOT_STARTED {
+    } else if !p.sm_limited && state() == NOT_STARTED {
         if let Some(l) = &p.ledger {
             l.region().slot(l.slot()).set_identity(
                 IdentityTier::None,
@@ -149,7 +152,7 @@ pub fn post_init(p: &Proc) {
 /// identity not started, resolves now: the probe still works here.
 #[inline]
 pub fn before_context(dev: i32) {
-    if HOLDS_CONTEXT.load(Ordering::Relaxed) {
+    if peek().is_some_and(|s| s.holds_context.load(Ordering::Relaxed)) {
         return;
     }
     before_first_context(dev);
@@ -157,32 +160,70 @@ pub fn before_context(dev: i32) {
 
 #[cold]
 fn before_first_context(dev: i32) {
-    // Registers the fork reset before HOLDS_CONTEXT changes (a forked
-    // child holds no context).
-    register_fork();
     if let Some(p) = crate::attach::attached() {
-        if p.sm_limited && STATE.load(Ordering::Acquire) == NOT_STARTED {
+        if p.sm_limited && state() == NOT_STARTED {
             resolve(p, Trigger::FirstContext(dev.max(0) as u32), NOT_STARTED);
         }
     }
-    HOLDS_CONTEXT.store(true, Ordering::Relaxed);
+    if let Some(s) = ident() {
+        s.holds_context.store(true, Ordering::Relaxed);
+    }
 }
 
-/// The limiter's identity step, on its owned thread while a device is
-/// paced: nothing once resolved or while another thread resolves; the
-/// first call resolves; after a failure, a retry when its backoff has
-/// passed.
+/// The limiter says identity is wanted (a device is paced): schedules the
+/// identity task on the owned thread unless the host PID is known. The
+/// task resolves, and after a failure retries when its backoff has passed;
+/// nothing here runs on a launch.
 #[inline]
-pub fn on_limited_launch(p: &Proc) {
-    register_fork();
-    match STATE.load(Ordering::Acquire) {
-        RESOLVED | RUNNING => {}
-        NOT_STARTED => resolve(p, Trigger::Launch, NOT_STARTED),
-        _ => {
-            if vgpu_region::monotonic_ns() >= NEXT_RETRY_NS.load(Ordering::Relaxed) {
-                resolve(p, Trigger::Launch, FAILED);
+pub fn needed() {
+    if state() == RESOLVED || process::scheduled(&RETRY) {
+        return;
+    }
+    if let Err(e) = process::schedule(&RETRY) {
+        crate::debug!("identity task: {e}");
+    }
+}
+
+/// How often the task looks while another thread resolves.
+const BUSY_RECHECK: Duration = Duration::from_millis(100);
+
+struct Retry;
+static RETRY: process::Periodic = process::Periodic::new(&Retry);
+
+impl process::Task for Retry {
+    fn run(&self, now_ns: u64) -> process::Next {
+        let Some(p) = crate::attach::attached() else {
+            return process::Next::Stop;
+        };
+        let Some(s) = ident() else {
+            return process::Next::Stop;
+        };
+        match s.state.load(Ordering::Acquire) {
+            RESOLVED => return process::Next::Stop,
+            RUNNING => return process::Next::After(BUSY_RECHECK),
+            NOT_STARTED => resolve(p, Trigger::Launch, NOT_STARTED),
+            _ => {
+                if now_ns >= s.next_retry_ns.load(Ordering::Relaxed) {
+                    resolve(p, Trigger::Launch, FAILED);
+                }
             }
         }
+        retry_after(s, vgpu_region::monotonic_ns())
+    }
+    fn name(&self) -> &'static str {
+        "host-PID identity"
+    }
+}
+
+/// When the task runs next after a round that left `s`.
+fn retry_after(s: &Ident, now_ns: u64) -> process::Next {
+    match s.state.load(Ordering::Acquire) {
+        RESOLVED => process::Next::Stop,
+        FAILED => {
+            let at = s.next_retry_ns.load(Ordering::Relaxed);
+            process::Next::After(Duration::from_nanos(at.saturating_sub(now_ns)))
+        }
+        _ => process::Next::After(BUSY_RECHECK),
     }
 }
 
@@ -201,7 +242,9 @@ fn describe(r: &Resolution) -> String {
 /// One resolution, by the thread that moves STATE from `from` to Running.
 #[cold]
 fn resolve(p: &Proc, trigger: Trigger, from: u8) {
-    if STATE
+    let Some(st) = ident() else { return };
+    if st
+        .state
         .compare_exchange(from, RUNNING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
@@ -209,7 +252,7 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
     }
     let s = &p.cfg.identity;
     let slot = p.ledger.as_ref().map(|l| l.region().slot(l.slot()));
-    let before = ATTEMPTS.load(Ordering::Relaxed);
+    let before = st.attempts.load(Ordering::Relaxed);
     if let Some(sl) = &slot {
         sl.set_identity(IdentityTier::None, IdentityState::Pending, before, 0, 0);
         if trigger == Trigger::Eager {
@@ -220,7 +263,7 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
     // process as new in NVML while it holds no other context.
     let probe_dev = match trigger {
         Trigger::FirstContext(d) => Some(d),
-        _ if !HOLDS_CONTEXT.load(Ordering::Relaxed) => Some(0),
+        _ if !st.holds_context.load(Ordering::Relaxed) => Some(0),
         _ => None,
     };
     let mut driver = probe_dev
@@ -233,7 +276,7 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
     drop(driver);
     let out = res.telemetry;
     let duration_ns = out.duration.as_nanos().min(u128::from(u64::MAX)) as u64;
-    let attempts = ATTEMPTS.fetch_add(out.attempts, Ordering::Relaxed) + out.attempts;
+    let attempts = st.attempts.fetch_add(out.attempts, Ordering::Relaxed) + out.attempts;
     if let Some(sl) = &slot {
         let failed_tiers = res
             .tried
@@ -246,12 +289,12 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
     }
     match out.host_pid {
         Some(pid) => {
-            HOST_PID.store(pid, Ordering::Release);
+            st.host_pid.store(pid, Ordering::Release);
             if let Some(sl) = &slot {
                 sl.set_host_pid(pid);
                 sl.set_identity(out.tier, IdentityState::Resolved, attempts, 0, duration_ns);
             }
-            if FAILURES.load(Ordering::Relaxed) > 0 {
+            if st.failures.load(Ordering::Relaxed) > 0 {
                 crate::info!(
                     "host PID {pid} found by tier {} after {attempts} attempt(s)",
                     tier_name(out.tier)
@@ -263,12 +306,12 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
                     duration_ns / 1000
                 );
             }
-            STATE.store(RESOLVED, Ordering::Release);
+            st.state.store(RESOLVED, Ordering::Release);
         }
         None => {
-            let n = FAILURES.fetch_add(1, Ordering::Relaxed) + 1;
+            let n = st.failures.fetch_add(1, Ordering::Relaxed) + 1;
             let wait = vgpu_identity::resolve::retry_backoff(n);
-            NEXT_RETRY_NS.store(
+            st.next_retry_ns.store(
                 vgpu_region::monotonic_ns().saturating_add(wait.as_nanos() as u64),
                 Ordering::Relaxed,
             );
@@ -282,14 +325,14 @@ fn resolve(p: &Proc, trigger: Trigger, from: u8) {
                 );
             }
             let what = describe(&res);
-            if !FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
+            if !st.failure_logged.swap(true, Ordering::Relaxed) {
                 crate::warn!(
                     "host PID unknown ({what}); the SM limit stays configured and holds (markers, uncorrected); retrying with backoff off the launch path"
                 );
             } else {
                 crate::debug!("host PID still unknown after {attempts} attempt(s) ({what}); next try in {wait:?}");
             }
-            STATE.store(FAILED, Ordering::Release);
+            st.state.store(FAILED, Ordering::Release);
         }
     }
     if trigger == Trigger::Eager {
@@ -338,6 +381,25 @@ mod tests {
         );
         let line = describe(&out);
         assert!(line.contains("broker: BROKER_MISSING (101)"), "{line}");
+    }
+
+    #[test]
+    fn the_retry_task_runs_when_the_backoff_is_due_and_stops_once_resolved() {
+        use process::Next;
+        let s = Ident::default();
+        s.state.store(FAILED, Ordering::SeqCst);
+        s.next_retry_ns.store(5_000_000_000, Ordering::SeqCst);
+        assert_eq!(
+            retry_after(&s, 1_000_000_000),
+            Next::After(Duration::from_secs(4))
+        );
+        // Overdue: at once.
+        assert_eq!(retry_after(&s, 6_000_000_000), Next::After(Duration::ZERO));
+        // Another thread resolving (the first context): look again soon.
+        s.state.store(RUNNING, Ordering::SeqCst);
+        assert_eq!(retry_after(&s, 0), Next::After(BUSY_RECHECK));
+        s.state.store(RESOLVED, Ordering::SeqCst);
+        assert_eq!(retry_after(&s, 0), Next::Stop);
     }
 
     #[test]

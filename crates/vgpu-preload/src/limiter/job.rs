@@ -3,8 +3,9 @@
 //! region's limits generation moved, set each device's target from the
 //! settings and what the measurement can trust, publish the state; every
 //! 100 ms, as holder of the container's sampler lease, the NVML correction
-//! and the container's utilization (limited or not); and retry host-PID
-//! identity when it is due (off the launch path).
+//! and the container's utilization (limited or not); and, while a device
+//! is paced, ask for host-PID identity (its own task resolves and retries
+//! it, off the launch path).
 //!
 //! Works over the limiter's own drivers and clock (`Limiter::nvml`,
 //! `Limiter::clock`) and its process's limits source (`Proc::limits`), so
@@ -26,7 +27,7 @@ use super::lend::{DevLend, Pace};
 use super::source;
 use super::{current, set_slow, Limiter};
 use crate::driver::NvmlDriver;
-use crate::process::{self, Job};
+use crate::process::{self, Next, Periodic, Task};
 
 /// The control period.
 const PERIOD: Duration = Duration::from_millis(10);
@@ -68,26 +69,30 @@ struct DevJob {
 }
 
 struct LimiterJob;
-static JOB: LimiterJob = LimiterJob;
+static JOB: Periodic = Periodic::new(&LimiterJob);
 
-impl Job for LimiterJob {
-    fn tick(&self) -> Duration {
+impl Task for LimiterJob {
+    fn run(&self, _now_ns: u64) -> Next {
         match current() {
             Some(l) => {
                 tick(l);
-                PERIOD
+                Next::After(PERIOD)
             }
-            None => Duration::from_millis(100),
+            None => Next::After(Duration::from_millis(100)),
         }
+    }
+    fn name(&self) -> &'static str {
+        "SM limiter"
     }
 }
 
-/// Starts the owned thread (first need: this image's first launch).
+/// Schedules the limiter's task on the owned thread (first need: this
+/// image's first launch).
 pub fn start() {
-    if process::owned_thread_running() {
+    if process::scheduled(&JOB) {
         return;
     }
-    if let Err(e) = process::start_owned_thread(&JOB) {
+    if let Err(e) = process::schedule(&JOB) {
         // The gate still paces (markers are read on the launch path and
         // after synchronizes); live changes and the correction wait.
         crate::warn!("SM limiter: {e}; limits are re-read only at the next start of the thread");
@@ -140,9 +145,9 @@ fn tick(l: &Limiter) {
         sample(l, &mut st, now, window);
     }
     if l.devs.iter().any(|d| !d.pacer.target().is_pass()) {
-        // Identity sharpens the correction; resolved or retried here,
-        // never on a launch.
-        crate::identity::on_limited_launch(l.p);
+        // Identity sharpens the correction; resolved and retried by its
+        // own task on this thread, never on a launch.
+        crate::identity::needed();
     }
 }
 

@@ -22,7 +22,7 @@
 //! change reaches it. Waits happen here, on the launching thread, never in
 //! a signal handler. Must never block a launch that is not paced, nor
 //! switch a configured limit off silently.
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use vgpu_cuda_abi::{CUevent, CUgraphExec, CUresult, CUstream};
 use vgpu_limiter::{Admit, Cells, Kind, Pacer, Params};
@@ -72,11 +72,9 @@ impl Launch {
 /// True while this image may pace a launch (or has not built its state
 /// yet: the slow path builds it). The unlimited launch path is this load.
 static SLOW: AtomicBool = AtomicBool::new(true);
-/// This image's state (a leaked box; an older generation's is the
-/// parent's, left behind after a fork).
-static LIM: AtomicPtr<Limiter> = AtomicPtr::new(std::ptr::null_mut());
-/// generation + 1 of the thread building `LIM` (0: none).
-static BUILDING: AtomicU32 = AtomicU32::new(0);
+/// This image's state (`build_for` leaks it; an older generation's is the
+/// parent's, stale in a forked child, which builds its own).
+static LIM: process::PerImage<&'static Limiter> = process::PerImage::new();
 /// This image's stream captures in progress.
 static CAPTURES: Captures = Captures::new();
 static HANDLERS: AtomicBool = AtomicBool::new(false);
@@ -109,7 +107,6 @@ impl Dev {
 
 /// This process image's limiter.
 pub struct Limiter {
-    gen: u32,
     pub p: &'static Proc,
     pub devs: Vec<Dev>,
     /// What it measures and asks with, and its time.
@@ -167,9 +164,7 @@ impl Captures {
 /// The state if built for this image (never builds).
 #[inline]
 fn current() -> Option<&'static Limiter> {
-    // SAFETY: LIM only ever holds null or a leaked `Box<Limiter>`, never freed.
-    let l = unsafe { LIM.load(Ordering::Acquire).as_ref() }?;
-    (l.gen == process::generation()).then_some(l)
+    LIM.get().copied()
 }
 
 /// The state, built first if needed.
@@ -177,64 +172,49 @@ fn get() -> Option<&'static Limiter> {
     current().or_else(build)
 }
 
+/// Builds this image's state: one thread builds, the others of the image
+/// wait for it; `None` when re-entered on the building thread or when the
+/// process cannot attach.
 #[cold]
 fn build() -> Option<&'static Limiter> {
-    let gen = process::generation();
-    let mine = gen.wrapping_add(1);
-    loop {
-        if let Some(l) = current() {
-            return Some(l);
-        }
-        if BUILDING
-            .compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let built = attach::proc().map(|p| build_for(p, gen));
-            if let Some(l) = built {
-                if process::generation() == gen {
-                    LIM.store(l as *const Limiter as *mut Limiter, Ordering::Release);
-                }
-            }
-            BUILDING.store(0, Ordering::Release);
-            if let Some(l) = built {
-                job::first_refresh(l);
-                // Without a region nothing can change later (no limits
-                // generation to watch, no utilization to publish), so an
-                // unlimited process without one needs no thread.
-                if l.p.ledger.is_some() || SLOW.load(Ordering::Acquire) {
-                    job::start();
-                }
-            }
-            return built;
-        }
-        if BUILDING.load(Ordering::Acquire) == mine {
-            // Another thread of this image is building (a few loads and
-            // one file read); wait for it.
-            std::thread::yield_now();
-        } else {
-            return None;
+    let mut built = false;
+    let l = LIM
+        .get_or_build(|| {
+            let l = attach::proc().map(build_for)?;
+            built = true;
+            Some(l)
+        })
+        .copied()?;
+    if built {
+        job::first_refresh(l);
+        // Without a region nothing can change later (no limits
+        // generation to watch, no utilization to publish), so an
+        // unlimited process without one needs no thread.
+        if l.p.ledger.is_some() || SLOW.load(Ordering::Acquire) {
+            job::start();
         }
     }
+    Some(l)
 }
 
-fn build_for(p: &'static Proc, gen: u32) -> &'static Limiter {
+fn build_for(p: &'static Proc) -> &'static Limiter {
     if !HANDLERS.swap(true, Ordering::AcqRel) {
         process::on_fork_child(forked);
         process::on_exit(job::at_exit);
     }
     Box::leak(Box::new(Limiter::new(
         p,
-        gen,
         &REAL_CUDA,
         &REAL_NVML,
         &clock::MONOTONIC,
     )))
 }
 
-/// Fork child: the parent's limiter stays the parent's. Atomics only.
+/// Fork child: the parent's limiter stays the parent's (stale by its
+/// generation); the launch path takes the slow path to build the child's.
+/// Atomics only.
 fn forked() {
     SLOW.store(true, Ordering::Release);
-    BUILDING.store(0, Ordering::Release);
     CAPTURES.reset();
 }
 
@@ -244,12 +224,11 @@ fn set_slow(l: &Limiter) {
 }
 
 impl Limiter {
-    /// The limiter of `p` (process image generation `gen`) over these
+    /// The limiter of `p` over these
     /// drivers and clock: one device per CUDA ordinal the process sees,
     /// each on its container bucket, or a private one (fail closed).
     pub fn new(
         p: &'static Proc,
-        gen: u32,
         cuda: &'static dyn CudaDriver,
         nvml: &'static dyn NvmlDriver,
         clock: &'static dyn Clock,
@@ -296,7 +275,6 @@ impl Limiter {
             })
             .collect();
         Limiter {
-            gen,
             p,
             devs,
             cuda,

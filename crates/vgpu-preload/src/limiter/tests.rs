@@ -79,7 +79,7 @@ fn fixture_with(
     let src = leak(LimitsSource::new());
     let p: &'static Proc =
         leak(attach::build_with(config(dir.path(), vars, file), src, true, cuda).unwrap());
-    let lim = Limiter::new(p, 0, cuda, nvml, clock);
+    let lim = Limiter::new(p, cuda, nvml, clock);
     Fx {
         dir,
         clock,

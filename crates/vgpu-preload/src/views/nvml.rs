@@ -4,10 +4,10 @@
 //!
 //! The device map is computed without any lock held (NVML calls can be
 //! slow, and a `fork` while a lock is held across one would leave the
-//! child waiting forever) and published with one compare-exchange; a
-//! racing thread that loses drops its copy.
+//! child waiting forever): it is built once in a [`process::PerImage`]
+//! cell, whose claim a forked child does not wait for (the parent's
+//! building thread is gone there); a racing thread waits for the builder.
 use std::ffi::c_uint;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use vgpu_cuda_abi::{nvmlDevice_t, nvmlReturn_t};
 
@@ -17,23 +17,19 @@ use crate::config;
 use crate::driver::NvmlDriver;
 use crate::ledger::View;
 use crate::limits_source;
+use crate::process;
 use crate::views::procs::{members, Member};
 
 /// Physical NVML devices in CUDA ordinal order: (NVML index, handle).
 pub type DeviceMap = [(u32, usize)];
 
-/// A lazily computed, published-once device map.
-pub struct VisibleMap(AtomicPtr<Vec<(u32, usize)>>);
+/// A lazily computed, published-once device map. A forked child keeps it
+/// (NVML's handles and order are the parent's memory and stay true there).
+pub struct VisibleMap(process::PerImage<Vec<(u32, usize)>>);
 
 impl VisibleMap {
     pub const fn new() -> VisibleMap {
-        VisibleMap(AtomicPtr::new(std::ptr::null_mut()))
-    }
-
-    fn loaded(&self) -> Option<&'static DeviceMap> {
-        let p = self.0.load(Ordering::Acquire);
-        // SAFETY: only ever null or a leaked Box published below, never freed.
-        unsafe { p.as_ref() }.map(Vec::as_slice)
+        VisibleMap(process::PerImage::inherited())
     }
 
     /// The map for `visible` (`CUDA_VISIBLE_DEVICES`), or `None` when the
@@ -41,25 +37,9 @@ impl VisibleMap {
     /// asked yet (not initialized: computed again next time).
     pub fn get(&self, nvml: &dyn NvmlDriver, visible: Option<&str>) -> Option<&'static DeviceMap> {
         let var = visible?;
-        if let Some(m) = self.loaded() {
-            return Some(m);
-        }
-        let computed = compute(nvml, var)?;
-        let mine = Box::into_raw(Box::new(computed));
-        match self.0.compare_exchange(
-            std::ptr::null_mut(),
-            mine,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            // SAFETY: `mine` was just leaked and is now published for good.
-            Ok(_) => Some(unsafe { &*mine }.as_slice()),
-            Err(_) => {
-                // SAFETY: `mine` was never published; we still own it.
-                drop(unsafe { Box::from_raw(mine) });
-                self.loaded()
-            }
-        }
+        self.0
+            .get_or_build(|| compute(nvml, var))
+            .map(Vec::as_slice)
     }
 }
 
@@ -213,36 +193,23 @@ pub fn budget(ord: u32, uuid: &str) -> (Option<u64>, u64) {
 }
 
 /// The read-only look at the region of a process that only asks NVML
-/// (opened once, published by compare-exchange), `None` without one.
+/// (opened once; a forked child keeps the mapping), `None` without one.
 fn nvml_only_view() -> Option<&'static View> {
-    static VIEW: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
-    let cfg = config::process_config();
-    let mut v = VIEW.load(Ordering::Acquire);
-    if v.is_null() && cfg.cache.exists() {
-        // Opened without a lock held (a file operation, but a fork may come
-        // at any time); a racing thread that loses unmaps its copy.
-        match View::open(&cfg.cache) {
-            Ok(view) => {
-                let mine = Box::into_raw(Box::new(view));
-                match VIEW.compare_exchange(
-                    std::ptr::null_mut(),
-                    mine,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => v = mine,
-                    Err(cur) => {
-                        // SAFETY: `mine` was never published; we own it.
-                        drop(unsafe { Box::from_raw(mine) });
-                        v = cur;
-                    }
-                }
-            }
-            Err(e) => crate::debug!("NVML view without the region: {}", crate::log::chain(&e)),
-        }
+    static VIEW: process::PerImage<View> = process::PerImage::inherited();
+    if let Some(v) = VIEW.get() {
+        return Some(v);
     }
-    // SAFETY: VIEW only holds null or a leaked, never-freed Box<View>.
-    unsafe { v.as_ref() }
+    let cfg = config::process_config();
+    if !cfg.cache.exists() {
+        return None;
+    }
+    VIEW.get_or_build(|| match View::open(&cfg.cache) {
+        Ok(view) => Some(view),
+        Err(e) => {
+            crate::debug!("NVML view without the region: {}", crate::log::chain(&e));
+            None
+        }
+    })
 }
 
 impl NvmlView<'_> {
