@@ -886,7 +886,7 @@ pub fn parse_exposition(text: &str) -> Vec<Sample> {
                     for (i, c) in body[vstart..].char_indices() {
                         end = vstart + i;
                         if esc {
-                            v.push(c);
+                            v.push(if c == 'n' { '\n' } else { c });
                             esc = false;
                         } else if c == '\\' {
                             esc = true;
@@ -910,4 +910,644 @@ pub fn parse_exposition(text: &str) -> Vec<Sample> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::GpuInfo;
+    use crate::observe::{DeviceObs, PodRef, ProcObs};
+    use vgpu_region::{
+        DeviceSnapshot, HeaderInfo, IdentitySnapshot, PacingSnapshot, SlotLimiterSnapshot,
+        SlotSnapshot,
+    };
+
+    const U: &str = "0a1b2c3d-0000-4000-8000-000000000001";
+    const U2: &str = "0a1b2c3d-0000-4000-8000-000000000002";
+    const GPU: &str = "GPU-11111111-2222-3333-4444-555555555555";
+    const GIB: u64 = 1 << 30;
+
+    fn pods(list: &[(&str, &str, &str)]) -> PodIndex {
+        let mut ix = PodIndex::default();
+        for (uid, ns, name) in list {
+            ix.by_uid.insert(
+                (*uid).into(),
+                PodRef {
+                    namespace: (*ns).into(),
+                    name: (*name).into(),
+                    uid: (*uid).into(),
+                },
+            );
+        }
+        ix
+    }
+
+    /// A region device: `used` split into context/module/data, the region's
+    /// own copy of the limits, the share it paces at.
+    fn dev(used: u64, ctx: u64, module: u64, mem: u64, sm: u32, share_ppm: u32) -> DeviceSnapshot {
+        DeviceSnapshot {
+            index: 0,
+            uuid: GPU.into(),
+            limits: vgpu_region::Limits { mem, sm },
+            used,
+            context: ctx,
+            module,
+            data: used - ctx - module,
+            pacing: PacingSnapshot {
+                credit_ns: 0,
+                refill_at_ns: 0,
+                charged_ns: 0,
+                measured_ns: 0,
+                waits: 0,
+                share_ppm,
+                mode: String::new(),
+                correction_ppm: 0,
+                util_ppm: 0,
+                util_source: String::new(),
+                util_at_ns: 0,
+                util_window_ns: 0,
+                sampler: None,
+            },
+        }
+    }
+
+    fn slot(
+        index: u32,
+        state: &str,
+        failure: u32,
+        fallbacks: Vec<(&'static str, u64)>,
+    ) -> SlotSnapshot {
+        SlotSnapshot {
+            index,
+            state: "live",
+            pid: 1,
+            pid_ns: 0,
+            start_time: 0,
+            host_pid: 0,
+            claimed_ns: 0,
+            identity: IdentitySnapshot {
+                tier: "Broker".into(),
+                state: state.into(),
+                attempts: 1,
+                failure,
+                duration_ns: 0,
+            },
+            run_status: String::new(),
+            phases: Vec::new(),
+            fallbacks,
+            devices: Vec::new(),
+            limiter: SlotLimiterSnapshot {
+                state: String::new(),
+                reason: String::new(),
+                since_ns: 0,
+                devices: Vec::new(),
+            },
+        }
+    }
+
+    fn region(
+        key: &str,
+        devices: Vec<DeviceSnapshot>,
+        slots: Vec<SlotSnapshot>,
+    ) -> ContainerRegion {
+        ContainerRegion {
+            key: key.into(),
+            path: None,
+            snapshot: Some(Ok(vgpu_region::Snapshot {
+                path: String::new(),
+                header: HeaderInfo {
+                    version: 3,
+                    endianness: "little",
+                    header_size: 0,
+                    device_size: 0,
+                    slot_size: 0,
+                    slot_count: 0,
+                    device_count: 1,
+                    layout_hash: 0,
+                    creator_pid: 0,
+                    created_unix_ns: 0,
+                    file_len: 0,
+                },
+                slot_high_water: slots.len() as u32,
+                limits_generation: 0,
+                devices,
+                slots,
+            })),
+            limits: None,
+        }
+    }
+
+    fn with_limits(mut r: ContainerRegion, text: &str) -> ContainerRegion {
+        r.limits = Some(vgpu_region::limits::Limits::parse(text).unwrap());
+        r
+    }
+
+    fn gpu(name: &str, used: u64, util: (u32, u32), processes: Vec<ProcObs>) -> DeviceObs {
+        DeviceObs {
+            info: GpuInfo {
+                index: 0,
+                uuid: GPU.into(),
+                name: name.into(),
+                memory_total: 16 * GIB,
+                memory_used: used,
+                bus_id: "0000:01:00.0".into(),
+            },
+            utilization: Some(util),
+            processes,
+            samples: Vec::new(),
+            failed: false,
+        }
+    }
+
+    fn proc(pid: u32, used: u64, container: Option<&str>) -> ProcObs {
+        ProcObs {
+            pid,
+            start_time: 1,
+            used_bytes: Some(used),
+            container: container.map(str::to_owned),
+        }
+    }
+
+    fn snap(
+        pods: PodIndex,
+        regions: Vec<ContainerRegion>,
+        devices: Vec<DeviceObs>,
+    ) -> NodeSnapshot {
+        NodeSnapshot {
+            pods: Arc::new(pods),
+            regions,
+            obs: Observation { devices },
+            util: HashMap::new(),
+            elapsed: HashMap::new(),
+            audit: Vec::new(),
+            agent: AgentFigures {
+                init_phases: InitPhases::new_with_constructor(new_hist),
+                last_scrape_ns: 0,
+                watchdog_kills: 0,
+                watchdog_detections: 0,
+                watchdog_cycle_ns: 0,
+                broker_ready: false,
+                broker_text: None,
+            },
+        }
+    }
+
+    /// The value of the one sample `name` with exactly `labels` (and the
+    /// `zone="vGPU"` every series carries).
+    fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let mut want: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        want.push(("zone".into(), "vGPU".into()));
+        want.sort();
+        let hits: Vec<f64> = parse_exposition(text)
+            .into_iter()
+            .filter(|s| s.name == name)
+            .filter(|s| {
+                let mut l = s.labels.clone();
+                l.sort();
+                l == want
+            })
+            .map(|s| s.value)
+            .collect();
+        assert!(hits.len() <= 1, "{name} {labels:?} twice in\n{text}");
+        hits.first().copied()
+    }
+
+    fn names(text: &str) -> HashSet<String> {
+        parse_exposition(text).into_iter().map(|s| s.name).collect()
+    }
+
+    fn ctr<'a>(ns: &'a str, pod: &'a str, c: &'a str) -> Vec<(&'a str, &'a str)> {
+        vec![
+            ("namespace", ns),
+            ("pod", pod),
+            ("container", c),
+            ("vdevice_index", "0"),
+            ("device_uuid", GPU),
+        ]
+    }
+
+    #[test]
+    fn a_container_gets_memory_limit_usage_and_identity_lines() {
+        let key = format!("{U}_main");
+        let r = with_limits(
+            region(
+                &key,
+                // The region's copy says 1 GiB / 50 %: the limits file wins.
+                vec![dev(3 * GIB, 100, 200, GIB, 50, 300_000)],
+                vec![
+                    slot(0, "Resolved", 0, vec![("cuMemAllocManaged", 1)]),
+                    slot(1, "Failed", 101, vec![("cuMemAllocManaged", 2)]),
+                ],
+            ),
+            &format!("vgpu-limits 1\ndevice {GPU} memory={} sm=30\n", 4 * GIB),
+        );
+        let mut s = snap(
+            pods(&[(U, "team-a", "train")]),
+            vec![r],
+            vec![gpu(
+                "NVIDIA A100",
+                5 * GIB,
+                (70, 20),
+                vec![proc(10, 3 * GIB + GIB / 2, Some(&key))],
+            )],
+        );
+        s.util.insert((key.clone(), GPU.into()), 42);
+        s.elapsed.insert((key.clone(), GPU.into()), 7);
+        let cfg = NodeConfig::new("node-a");
+        let t = render(&s, &cfg);
+        let l = ctr("team-a", "train", "main");
+        assert_eq!(
+            value(&t, "hami_vgpu_memory_used_bytes", &l),
+            Some((3 * GIB) as f64)
+        );
+        assert_eq!(
+            value(&t, "hami_container_device_memory_bytes", &l),
+            Some((3 * GIB) as f64)
+        );
+        assert_eq!(
+            value(&t, "hami_vgpu_memory_limit_bytes", &l),
+            Some((4 * GIB) as f64)
+        );
+        assert_eq!(value(&t, "hami_vgpu_memory_context_bytes", &l), Some(100.0));
+        assert_eq!(value(&t, "hami_vgpu_memory_module_bytes", &l), Some(200.0));
+        assert_eq!(
+            value(&t, "hami_vgpu_memory_buffer_bytes", &l),
+            Some((3 * GIB - 300) as f64)
+        );
+        assert_eq!(
+            value(&t, "hami_container_device_utilization_ratio", &l),
+            Some(42.0)
+        );
+        assert_eq!(
+            value(&t, "hami_container_last_kernel_elapsed_seconds", &l),
+            Some(7.0)
+        );
+        assert_eq!(value(&t, "vgpu_container_sm_limit_ratio", &l), Some(30.0));
+        assert_eq!(value(&t, "vgpu_container_sm_ceiling_ratio", &l), Some(30.0));
+        assert_eq!(value(&t, "vgpu_container_sm_share_ratio", &l), Some(30.0));
+        // The driver's figure for the container, joined by cgroup.
+        assert_eq!(
+            value(&t, "vgpu_container_driver_memory_bytes", &l),
+            Some((3 * GIB + GIB / 2) as f64)
+        );
+        assert_eq!(
+            value(&t, "vgpu_container_unaccounted_bytes", &l),
+            Some((GIB / 2) as f64)
+        );
+        assert_eq!(value(&t, "vgpu_container_over_limit", &l), Some(0.0));
+        let base = &l[..3];
+        assert_eq!(value(&t, "vgpu_container_processes", base), Some(2.0));
+        let with = |k, v| [base, &[(k, v)]].concat();
+        assert_eq!(
+            value(
+                &t,
+                "vgpu_container_identity_slots",
+                &[with("tier", "Broker"), vec![("state", "Failed")]].concat()
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                "vgpu_container_identity_failures",
+                &with("failure", "BROKER_MISSING")
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                "vgpu_container_fallbacks",
+                &with("fallback", "cuMemAllocManaged")
+            ),
+            Some(3.0)
+        );
+        // Host series with HAMi's labels; the memory controller's has no node.
+        let host = [
+            ("node", "node-a"),
+            ("device_index", "0"),
+            ("device_uuid", GPU),
+            ("device_type", "NVIDIA A100"),
+        ];
+        assert_eq!(
+            value(&t, "hami_host_gpu_memory_used_bytes", &host),
+            Some((5 * GIB) as f64)
+        );
+        assert_eq!(
+            value(&t, "hami_host_gpu_utilization_ratio", &host),
+            Some(70.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                "hami_host_gpu_memory_controller_utilization_ratio",
+                &host[1..]
+            ),
+            Some(20.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                "vgpu_unattributed_memory_bytes",
+                &[("device_uuid", GPU)]
+            ),
+            Some(0.0)
+        );
+        // No priority line, no errors: no series.
+        assert!(!names(&t).contains("vgpu_container_priority_held"));
+        assert!(!names(&t).contains("vgpu_region_errors"));
+        assert!(
+            t.contains("# HELP hami_vgpu_memory_limit_bytes vGPU device memory limit in bytes.\n")
+        );
+        assert!(t.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_process_that_bypassed_the_interposer_is_attributed_by_its_cgroup() {
+        let over = format!("{U}_main");
+        let bypass = format!("{U2}_infer");
+        let r = region(&over, vec![dev(GIB / 2, 0, 0, GIB, 0, 0)], vec![]);
+        let s = snap(
+            pods(&[(U, "team-a", "train"), (U2, "team-b", "serve")]),
+            vec![r],
+            vec![gpu(
+                "NVIDIA A100",
+                4 * GIB,
+                (0, 0),
+                vec![
+                    // 2 GiB against a 1 GiB limit (tolerance 128 MiB): over.
+                    proc(10, 2 * GIB, Some(&over)),
+                    // No region at all: only its cgroup says whose it is.
+                    proc(11, GIB, Some(&bypass)),
+                    // Nobody's.
+                    proc(12, 300, None),
+                ],
+            )],
+        );
+        let t = render(&s, &NodeConfig::new("node-a"));
+        let b = ctr("team-b", "serve", "infer");
+        assert_eq!(
+            value(&t, "vgpu_container_driver_memory_bytes", &b),
+            Some(GIB as f64)
+        );
+        assert_eq!(
+            value(&t, "vgpu_container_unaccounted_bytes", &b),
+            Some(GIB as f64)
+        );
+        assert_eq!(value(&t, "vgpu_container_over_limit", &b), Some(0.0));
+        assert_eq!(value(&t, "hami_vgpu_memory_used_bytes", &b), None);
+        let o = ctr("team-a", "train", "main");
+        assert_eq!(
+            value(&t, "vgpu_container_unaccounted_bytes", &o),
+            Some((2 * GIB - GIB / 2) as f64)
+        );
+        assert_eq!(value(&t, "vgpu_container_over_limit", &o), Some(1.0));
+        assert_eq!(
+            value(
+                &t,
+                "vgpu_unattributed_memory_bytes",
+                &[("device_uuid", GPU)]
+            ),
+            Some(300.0)
+        );
+    }
+
+    #[test]
+    fn legacy_names_only_when_asked_for() {
+        let key = format!("{U}_main");
+        let mut s = snap(
+            pods(&[(U, "team-a", "train")]),
+            vec![region(&key, vec![dev(1000, 100, 200, 4000, 0, 0)], vec![])],
+            vec![gpu("NVIDIA A100", 5000, (60, 10), vec![])],
+        );
+        s.util.insert((key.clone(), GPU.into()), 9);
+        let mut cfg = NodeConfig::new("node-a");
+        let legacy = [
+            "HostGPUMemoryUsage",
+            "HostCoreUtilization",
+            "vGPU_device_memory_usage_in_bytes",
+            "vGPU_device_memory_limit_in_bytes",
+            "Device_memory_desc_of_container",
+            "Device_utilization_desc_of_container",
+            "Device_last_kernel_of_container",
+        ];
+        let off = render(&s, &cfg);
+        for n in legacy {
+            assert!(!off.contains(n), "{n} without --legacy-metrics");
+        }
+        cfg.legacy_metrics = true;
+        let on = render(&s, &cfg);
+        let host = [
+            ("nodeid", "node-a"),
+            ("deviceidx", "0"),
+            ("deviceuuid", GPU),
+            ("devicetype", "NVIDIA A100"),
+        ];
+        assert_eq!(value(&on, "HostGPUMemoryUsage", &host), Some(5000.0));
+        assert_eq!(value(&on, "HostCoreUtilization", &host), Some(60.0));
+        let old = [
+            ("podnamespace", "team-a"),
+            ("podname", "train"),
+            ("ctrname", "main"),
+            ("vdeviceid", "0"),
+            ("deviceuuid", GPU),
+        ];
+        assert_eq!(
+            value(&on, "vGPU_device_memory_usage_in_bytes", &old),
+            Some(1000.0)
+        );
+        assert_eq!(
+            value(&on, "vGPU_device_memory_limit_in_bytes", &old),
+            Some(4000.0)
+        );
+        assert_eq!(
+            value(&on, "Device_utilization_desc_of_container", &old),
+            Some(9.0)
+        );
+        let desc = [
+            &old[..],
+            &[
+                ("context", "100"),
+                ("module", "200"),
+                ("data", "700"),
+                ("offset", "0"),
+            ],
+        ]
+        .concat();
+        assert_eq!(
+            value(&on, "Device_memory_desc_of_container", &desc),
+            Some(1000.0)
+        );
+        // Never seen busy: no last-kernel line, old name or new.
+        assert!(!names(&on).contains("Device_last_kernel_of_container"));
+        assert!(!names(&on).contains("hami_container_last_kernel_elapsed_seconds"));
+        // The new names stay.
+        assert_eq!(
+            value(
+                &on,
+                "hami_vgpu_memory_used_bytes",
+                &ctr("team-a", "train", "main")
+            ),
+            Some(1000.0)
+        );
+    }
+
+    #[test]
+    fn a_dra_share_is_labelled_with_its_first_user() {
+        let share = crate::layout::dra_share_key("claim-1", "gpu-0", Some("s1"));
+        let mut ix = pods(&[(U, "team-a", "train"), (U2, "team-b", "serve")]);
+        ix.dra_owners.insert(
+            share.clone(),
+            vec![(U.into(), "main".into()), (U2.into(), "infer".into())],
+        );
+        let s = snap(
+            ix,
+            vec![region(&share, vec![dev(2000, 0, 0, 8000, 25, 0)], vec![])],
+            vec![],
+        );
+        let t = render(&s, &NodeConfig::new("node-a"));
+        let l = ctr("team-a", "train", "main");
+        assert_eq!(value(&t, "hami_vgpu_memory_used_bytes", &l), Some(2000.0));
+        assert_eq!(value(&t, "hami_vgpu_memory_limit_bytes", &l), Some(8000.0));
+        assert_eq!(value(&t, "vgpu_container_sm_limit_ratio", &l), Some(25.0));
+        assert_eq!(
+            value(
+                &t,
+                "hami_vgpu_memory_used_bytes",
+                &ctr("team-b", "serve", "infer")
+            ),
+            None
+        );
+        assert!(!names(&t).contains("vgpu_region_errors"));
+    }
+
+    #[test]
+    fn a_device_with_no_containers_and_the_agents_own_figures() {
+        let mut s = snap(
+            PodIndex::default(),
+            vec![],
+            vec![gpu("Tesla T4", 700, (3, 1), vec![])],
+        );
+        s.agent.last_scrape_ns = 1_500_000_000;
+        s.agent.watchdog_kills = 2;
+        s.agent.watchdog_detections = 5;
+        s.agent.watchdog_cycle_ns = 250_000_000;
+        s.agent.broker_ready = true;
+        s.agent.broker_text = Some("# HELP broker_requests Requests.\n# TYPE broker_requests counter\nbroker_requests_total 4\n# EOF\n".into());
+        let t = render(&s, &NodeConfig::new("node-a"));
+        let host = [
+            ("node", "node-a"),
+            ("device_index", "0"),
+            ("device_uuid", GPU),
+            ("device_type", "NVIDIA-Tesla T4"),
+        ];
+        assert_eq!(
+            value(&t, "hami_host_gpu_memory_used_bytes", &host),
+            Some(700.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                "vgpu_unattributed_memory_bytes",
+                &[("device_uuid", GPU)]
+            ),
+            Some(0.0)
+        );
+        let n = names(&t);
+        for c in [
+            "hami_vgpu_memory_used_bytes",
+            "hami_container_device_utilization_ratio",
+            "vgpu_container_driver_memory_bytes",
+        ] {
+            assert!(!n.contains(c), "{c} without a container");
+        }
+        assert_eq!(
+            value(&t, "vgpu_monitor_scrape_duration_seconds", &[]),
+            Some(1.5)
+        );
+        assert_eq!(value(&t, "vgpu_watchdog_kills", &[]), Some(2.0));
+        assert_eq!(value(&t, "vgpu_watchdog_detections", &[]), Some(5.0));
+        assert_eq!(value(&t, "vgpu_watchdog_cycle_seconds", &[]), Some(0.25));
+        assert_eq!(value(&t, "vgpu_broker_ready", &[]), Some(1.0));
+        // The broker's series come last, inside the one EOF.
+        let b = t.find("broker_requests_total 4\n").unwrap();
+        assert!(b > t.find("vgpu_broker_ready").unwrap());
+        assert_eq!(t.matches("# EOF").count(), 1);
+        assert!(t.ends_with("broker_requests_total 4\n# EOF\n"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let key = format!("{U}_main");
+        let mut s = snap(
+            pods(&[(U, "team-a", "train")]),
+            vec![region(&key, vec![dev(1, 0, 0, 0, 0, 0)], vec![])],
+            vec![gpu("Odd \"GPU\" \\ v2", 1, (0, 0), vec![])],
+        );
+        s.audit.push(crate::boards::Violation {
+            key: key.clone(),
+            uuid: GPU.into(),
+            why: "claims \"50%\"\nabove".into(),
+        });
+        let t = render(&s, &NodeConfig::new("node-a"));
+        assert!(
+            t.contains(r#"device_type="NVIDIA-Odd \"GPU\" \\ v2""#),
+            "{t}"
+        );
+        assert!(t.contains(r#"reason="claims \"50%\"\nabove""#), "{t}");
+        let host = [
+            ("node", "node-a"),
+            ("device_index", "0"),
+            ("device_uuid", GPU),
+            ("device_type", "NVIDIA-Odd \"GPU\" \\ v2"),
+        ];
+        assert_eq!(
+            value(&t, "hami_host_gpu_memory_used_bytes", &host),
+            Some(1.0)
+        );
+        let audit = [
+            ("namespace", "team-a"),
+            ("pod", "train"),
+            ("container", "main"),
+            ("device_uuid", GPU),
+            ("reason", "claims \"50%\"\nabove"),
+        ];
+        assert_eq!(value(&t, "vgpu_board_audit_violations", &audit), Some(1.0));
+    }
+
+    #[test]
+    fn unknown_pods_and_unreadable_regions_are_counted() {
+        let mut bad = region(&format!("{U}_main"), vec![], vec![]);
+        bad.snapshot = Some(Err("truncated".into()));
+        let stranger = region(&format!("{U2}_x"), vec![dev(5, 0, 0, 0, 0, 0)], vec![]);
+        let held = with_limits(
+            region(&format!("{U}_low"), vec![], vec![]),
+            "vgpu-limits 1\npriority 1\nhold 10\n",
+        );
+        let s = snap(
+            pods(&[(U, "team-a", "train")]),
+            vec![bad, stranger, held],
+            vec![],
+        );
+        let t = render(&s, &NodeConfig::new("node-a"));
+        assert_eq!(
+            value(&t, "vgpu_region_errors", &[("kind", "unreadable")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&t, "vgpu_region_errors", &[("kind", "pod_unknown")]),
+            Some(1.0)
+        );
+        let low = [
+            ("namespace", "team-a"),
+            ("pod", "train"),
+            ("container", "low"),
+        ];
+        assert_eq!(value(&t, "vgpu_container_priority_held", &low), Some(1.0));
+        // An unknown pod's region exports nothing under anyone's name.
+        assert!(!names(&t).contains("hami_vgpu_memory_used_bytes"));
+    }
 }
