@@ -30,7 +30,7 @@ use vgpu_hami::{devices, keys, BindPhase, ContainerSlot, NodeLock, PodDevices};
 
 use crate::allocate::{self, AllocSettings, Plan};
 use crate::config::NodeConfig;
-use crate::kube_api::KubeApi;
+use crate::kube_api::{KubeApi, NodeKube};
 use crate::layout;
 use crate::nvml::GpuInfo;
 use crate::proto::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
@@ -129,10 +129,10 @@ pub struct PluginStats {
 }
 
 /// State shared by the gRPC service and the serving loop.
-pub struct PluginCore {
+pub struct PluginCore<K = KubeApi> {
     cfg: Arc<NodeConfig>,
     alloc: AllocSettings,
-    kube: KubeApi,
+    kube: K,
     devices: watch::Receiver<DeviceSet>,
     lock: tokio::sync::Mutex<()>,
     /// Bumped when a server stops: its ListAndWatch streams end.
@@ -143,7 +143,7 @@ pub struct PluginCore {
 
 /// The tonic service.
 #[derive(Clone)]
-pub struct DevicePluginService(pub Arc<PluginCore>);
+pub struct DevicePluginService<K = KubeApi>(pub Arc<PluginCore<K>>);
 
 fn fmt_pod(p: &Pod) -> String {
     format!(
@@ -171,14 +171,14 @@ fn refuse(code: tonic::Code, message: impl Into<String>) -> Refusal {
     }
 }
 
-impl PluginCore {
+impl<K: NodeKube> PluginCore<K> {
     /// A core over these sources.
     pub fn new(
         cfg: Arc<NodeConfig>,
-        kube: KubeApi,
+        kube: K,
         devices: watch::Receiver<DeviceSet>,
         stats: Arc<PluginStats>,
-    ) -> Arc<PluginCore> {
+    ) -> Arc<PluginCore<K>> {
         Arc::new(PluginCore {
             alloc: AllocSettings::from_config(&cfg),
             cfg,
@@ -191,66 +191,26 @@ impl PluginCore {
     }
 
     /// The pod whose devices are being handed out now (HAMi's
-    /// `GetPendingPod`): the node lock's holder when it still has entries,
-    /// else the pending pod on this node with `bind-time`, bind-phase
-    /// allocating/success and `vgpu-node` = this node; several: the oldest
-    /// bind-time.
+    /// `GetPendingPod`, chosen by [`choose_pending_pod`]): reads the node's
+    /// lock, its holder, and the pods on the node unless the holder wins.
     pub async fn pending_pod(&self) -> Result<Pod, String> {
-        let node_name = self.kube.node_name().to_owned();
         let node = self.kube.node().await.map_err(|e| e.to_string())?;
-        let has_pending = |p: &Pod| {
-            anno(p, keys::DEVICES_TO_ALLOCATE)
-                .and_then(|v| PodDevices::parse(v).ok())
-                .is_some_and(|d| !d.all_served())
-        };
-        if let Some(v) = node
+        let lock = node
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(keys::NODE_LOCK))
-        {
-            if let Ok(NodeLock { owner: Some(o), .. }) = NodeLock::parse(v) {
-                if let Ok(Some(p)) = self.kube.pod(&o.namespace, &o.pod).await {
-                    if has_pending(&p)
-                        || anno(&p, keys::DEVICES_TO_ALLOCATE)
-                            .is_some_and(|v| PodDevices::parse(v).is_err())
-                    {
-                        return Ok(p);
-                    }
-                }
-            }
-        }
-        let pods = self.kube.pods_on_node().await.map_err(|e| e.to_string())?;
-        let mut cands: Vec<Pod> = pods
-            .into_iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending"))
-            .filter(|p| anno(p, keys::BIND_TIME).is_some())
-            .filter(|p| {
-                matches!(
-                    anno(p, keys::BIND_PHASE).and_then(|v| v.parse().ok()),
-                    Some(BindPhase::Allocating | BindPhase::Success)
-                )
-            })
-            .filter(|p| anno(p, keys::ASSIGNED_NODE) == Some(node_name.as_str()))
-            .filter(|p| {
-                has_pending(p)
-                    || anno(p, keys::DEVICES_TO_ALLOCATE)
-                        .is_some_and(|v| PodDevices::parse(v).is_err())
-                    || anno(p, keys::DEVICES_TO_ALLOCATE).is_none()
-            })
-            .collect();
-        cands.sort_by_key(|p| {
-            (
-                anno(p, keys::BIND_TIME)
-                    .and_then(|t| t.parse::<i64>().ok())
-                    .unwrap_or(i64::MAX),
-                fmt_pod(p),
-            )
-        });
-        cands
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("no pod on node {node_name} is waiting for devices (no node lock holder, no pending pod with {} allocating and {} = {node_name})", keys::BIND_PHASE, keys::ASSIGNED_NODE))
+            .and_then(|a| a.get(keys::NODE_LOCK));
+        let holder = match lock_holder(lock.map(String::as_str)) {
+            // A holder that cannot be read is passed over, as HAMi does.
+            Some((ns, name)) => self.kube.pod(&ns, &name).await.ok().flatten(),
+            None => None,
+        };
+        let pods = if holder.as_ref().is_some_and(holder_wins) {
+            Vec::new()
+        } else {
+            self.kube.pods_on_node().await.map_err(|e| e.to_string())?
+        };
+        choose_pending_pod(self.kube.node_name(), holder, pods)
     }
 
     async fn set_phase_and_release(&self, pod: &Pod, phase: BindPhase) {
@@ -490,6 +450,66 @@ impl PluginCore {
     }
 }
 
+/// The (namespace, pod) a node lock value names, when it parses and names
+/// one.
+pub fn lock_holder(lock: Option<&str>) -> Option<(String, String)> {
+    match NodeLock::parse(lock?) {
+        Ok(NodeLock { owner: Some(o), .. }) => Some((o.namespace, o.pod)),
+        _ => None,
+    }
+}
+
+/// The lock holder is the pod being served while it has container entries
+/// left, or an assignment nobody can parse (so Allocate refuses it with the
+/// reason rather than serving another pod).
+pub fn holder_wins(p: &Pod) -> bool {
+    match anno(p, keys::DEVICES_TO_ALLOCATE).map(PodDevices::parse) {
+        Some(Ok(d)) => !d.all_served(),
+        Some(Err(_)) => true,
+        None => false,
+    }
+}
+
+/// HAMi's `GetPendingPod` as a decision: the lock `holder` when it wins
+/// ([`holder_wins`]); else, of `pods`, those Pending with a `bind-time`,
+/// bind-phase allocating or success, `vgpu-node` = `node_name` and entries
+/// left (or an assignment that is missing or unparsable, for Allocate to
+/// refuse), the oldest bind-time first, ties by namespace/name; none: why.
+pub fn choose_pending_pod(
+    node_name: &str,
+    holder: Option<Pod>,
+    pods: Vec<Pod>,
+) -> Result<Pod, String> {
+    if let Some(p) = holder.filter(holder_wins) {
+        return Ok(p);
+    }
+    let mut cands: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending"))
+        .filter(|p| anno(p, keys::BIND_TIME).is_some())
+        .filter(|p| {
+            matches!(
+                anno(p, keys::BIND_PHASE).and_then(|v| v.parse().ok()),
+                Some(BindPhase::Allocating | BindPhase::Success)
+            )
+        })
+        .filter(|p| anno(p, keys::ASSIGNED_NODE) == Some(node_name))
+        .filter(|p| holder_wins(p) || anno(p, keys::DEVICES_TO_ALLOCATE).is_none())
+        .collect();
+    cands.sort_by_key(|p| {
+        (
+            anno(p, keys::BIND_TIME)
+                .and_then(|t| t.parse::<i64>().ok())
+                .unwrap_or(i64::MAX),
+            fmt_pod(p),
+        )
+    });
+    cands
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("no pod on node {node_name} is waiting for devices (no node lock holder, no pending pod with {} allocating and {} = {node_name})", keys::BIND_PHASE, keys::ASSIGNED_NODE))
+}
+
 fn pick(
     want: &[vgpu_hami::ContainerDevice],
     c: &ContainerPreferredAllocationRequest,
@@ -519,7 +539,7 @@ fn pick(
 type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl DevicePlugin for DevicePluginService {
+impl<K: NodeKube> DevicePlugin for DevicePluginService<K> {
     async fn get_device_plugin_options(
         &self,
         _: Request<Empty>,
@@ -673,8 +693,8 @@ async fn register(cfg: &NodeConfig) -> Result<(), String> {
 
 /// Serves the plugin until `shutdown` turns true: (re)binds the socket,
 /// registers, and starts over when the kubelet restarts.
-pub async fn serve(
-    core: Arc<PluginCore>,
+pub async fn serve<K: NodeKube>(
+    core: Arc<PluginCore<K>>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), PluginError> {
     let cfg = core.cfg.clone();
