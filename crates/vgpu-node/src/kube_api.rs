@@ -334,8 +334,8 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Stri
 }
 
 /// An in-memory cluster of one node for unit tests: the node's annotations
-/// with a resourceVersion that guards patches as the API server's does,
-/// pods, and the Events posted.
+/// with a resourceVersion that guards patches as the API server's does, and
+/// pods; Events are accepted and dropped.
 #[cfg(test)]
 pub(crate) mod fake {
     use std::collections::BTreeMap;
@@ -351,7 +351,6 @@ pub(crate) mod fake {
         node: Node,
         version: u64,
         pods: Vec<Pod>,
-        events: Vec<(String, String)>,
     }
 
     /// One node and its pods.
@@ -434,11 +433,6 @@ pub(crate) mod fake {
             })?;
             p.metadata.annotations.as_ref()?.get(k).cloned()
         }
-
-        /// (reason, message) of every Event posted.
-        pub(crate) fn events(&self) -> Vec<(String, String)> {
-            self.state().events.clone()
-        }
     }
 
     impl NodeKube for FakeKube {
@@ -515,12 +509,9 @@ pub(crate) mod fake {
             &self,
             _pod: &Pod,
             _event_type: &str,
-            reason: &str,
-            message: &str,
+            _reason: &str,
+            _message: &str,
         ) -> Result<Event, KubeError> {
-            self.state()
-                .events
-                .push((reason.to_owned(), message.to_owned()));
             Ok(Event::default())
         }
     }
