@@ -30,7 +30,7 @@ use vgpu_hami::{devices, keys, BindPhase, ContainerSlot, NodeLock, PodDevices};
 
 use crate::allocate::{self, AllocSettings, Plan};
 use crate::config::NodeConfig;
-use crate::kube_api::KubeApi;
+use crate::kube_api::{KubeApi, NodeKube};
 use crate::layout;
 use crate::nvml::GpuInfo;
 use crate::proto::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
@@ -129,10 +129,10 @@ pub struct PluginStats {
 }
 
 /// State shared by the gRPC service and the serving loop.
-pub struct PluginCore {
+pub struct PluginCore<K = KubeApi> {
     cfg: Arc<NodeConfig>,
     alloc: AllocSettings,
-    kube: KubeApi,
+    kube: K,
     devices: watch::Receiver<DeviceSet>,
     lock: tokio::sync::Mutex<()>,
     /// Bumped when a server stops: its ListAndWatch streams end.
@@ -143,7 +143,7 @@ pub struct PluginCore {
 
 /// The tonic service.
 #[derive(Clone)]
-pub struct DevicePluginService(pub Arc<PluginCore>);
+pub struct DevicePluginService<K = KubeApi>(pub Arc<PluginCore<K>>);
 
 fn fmt_pod(p: &Pod) -> String {
     format!(
@@ -171,14 +171,14 @@ fn refuse(code: tonic::Code, message: impl Into<String>) -> Refusal {
     }
 }
 
-impl PluginCore {
+impl<K: NodeKube> PluginCore<K> {
     /// A core over these sources.
     pub fn new(
         cfg: Arc<NodeConfig>,
-        kube: KubeApi,
+        kube: K,
         devices: watch::Receiver<DeviceSet>,
         stats: Arc<PluginStats>,
-    ) -> Arc<PluginCore> {
+    ) -> Arc<PluginCore<K>> {
         Arc::new(PluginCore {
             alloc: AllocSettings::from_config(&cfg),
             cfg,
@@ -191,66 +191,26 @@ impl PluginCore {
     }
 
     /// The pod whose devices are being handed out now (HAMi's
-    /// `GetPendingPod`): the node lock's holder when it still has entries,
-    /// else the pending pod on this node with `bind-time`, bind-phase
-    /// allocating/success and `vgpu-node` = this node; several: the oldest
-    /// bind-time.
+    /// `GetPendingPod`, chosen by [`choose_pending_pod`]): reads the node's
+    /// lock, its holder, and the pods on the node unless the holder wins.
     pub async fn pending_pod(&self) -> Result<Pod, String> {
-        let node_name = self.kube.node_name().to_owned();
         let node = self.kube.node().await.map_err(|e| e.to_string())?;
-        let has_pending = |p: &Pod| {
-            anno(p, keys::DEVICES_TO_ALLOCATE)
-                .and_then(|v| PodDevices::parse(v).ok())
-                .is_some_and(|d| !d.all_served())
-        };
-        if let Some(v) = node
+        let lock = node
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(keys::NODE_LOCK))
-        {
-            if let Ok(NodeLock { owner: Some(o), .. }) = NodeLock::parse(v) {
-                if let Ok(Some(p)) = self.kube.pod(&o.namespace, &o.pod).await {
-                    if has_pending(&p)
-                        || anno(&p, keys::DEVICES_TO_ALLOCATE)
-                            .is_some_and(|v| PodDevices::parse(v).is_err())
-                    {
-                        return Ok(p);
-                    }
-                }
-            }
-        }
-        let pods = self.kube.pods_on_node().await.map_err(|e| e.to_string())?;
-        let mut cands: Vec<Pod> = pods
-            .into_iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending"))
-            .filter(|p| anno(p, keys::BIND_TIME).is_some())
-            .filter(|p| {
-                matches!(
-                    anno(p, keys::BIND_PHASE).and_then(|v| v.parse().ok()),
-                    Some(BindPhase::Allocating | BindPhase::Success)
-                )
-            })
-            .filter(|p| anno(p, keys::ASSIGNED_NODE) == Some(node_name.as_str()))
-            .filter(|p| {
-                has_pending(p)
-                    || anno(p, keys::DEVICES_TO_ALLOCATE)
-                        .is_some_and(|v| PodDevices::parse(v).is_err())
-                    || anno(p, keys::DEVICES_TO_ALLOCATE).is_none()
-            })
-            .collect();
-        cands.sort_by_key(|p| {
-            (
-                anno(p, keys::BIND_TIME)
-                    .and_then(|t| t.parse::<i64>().ok())
-                    .unwrap_or(i64::MAX),
-                fmt_pod(p),
-            )
-        });
-        cands
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("no pod on node {node_name} is waiting for devices (no node lock holder, no pending pod with {} allocating and {} = {node_name})", keys::BIND_PHASE, keys::ASSIGNED_NODE))
+            .and_then(|a| a.get(keys::NODE_LOCK));
+        let holder = match lock_holder(lock.map(String::as_str)) {
+            // A holder that cannot be read is passed over, as HAMi does.
+            Some((ns, name)) => self.kube.pod(&ns, &name).await.ok().flatten(),
+            None => None,
+        };
+        let pods = if holder.as_ref().is_some_and(holder_wins) {
+            Vec::new()
+        } else {
+            self.kube.pods_on_node().await.map_err(|e| e.to_string())?
+        };
+        choose_pending_pod(self.kube.node_name(), holder, pods)
     }
 
     async fn set_phase_and_release(&self, pod: &Pod, phase: BindPhase) {
@@ -490,6 +450,66 @@ impl PluginCore {
     }
 }
 
+/// The (namespace, pod) a node lock value names, when it parses and names
+/// one.
+pub fn lock_holder(lock: Option<&str>) -> Option<(String, String)> {
+    match NodeLock::parse(lock?) {
+        Ok(NodeLock { owner: Some(o), .. }) => Some((o.namespace, o.pod)),
+        _ => None,
+    }
+}
+
+/// The lock holder is the pod being served while it has container entries
+/// left, or an assignment nobody can parse (so Allocate refuses it with the
+/// reason rather than serving another pod).
+pub fn holder_wins(p: &Pod) -> bool {
+    match anno(p, keys::DEVICES_TO_ALLOCATE).map(PodDevices::parse) {
+        Some(Ok(d)) => !d.all_served(),
+        Some(Err(_)) => true,
+        None => false,
+    }
+}
+
+/// HAMi's `GetPendingPod` as a decision: the lock `holder` when it wins
+/// ([`holder_wins`]); else, of `pods`, those Pending with a `bind-time`,
+/// bind-phase allocating or success, `vgpu-node` = `node_name` and entries
+/// left (or an assignment that is missing or unparsable, for Allocate to
+/// refuse), the oldest bind-time first, ties by namespace/name; none: why.
+pub fn choose_pending_pod(
+    node_name: &str,
+    holder: Option<Pod>,
+    pods: Vec<Pod>,
+) -> Result<Pod, String> {
+    if let Some(p) = holder.filter(holder_wins) {
+        return Ok(p);
+    }
+    let mut cands: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending"))
+        .filter(|p| anno(p, keys::BIND_TIME).is_some())
+        .filter(|p| {
+            matches!(
+                anno(p, keys::BIND_PHASE).and_then(|v| v.parse().ok()),
+                Some(BindPhase::Allocating | BindPhase::Success)
+            )
+        })
+        .filter(|p| anno(p, keys::ASSIGNED_NODE) == Some(node_name))
+        .filter(|p| holder_wins(p) || anno(p, keys::DEVICES_TO_ALLOCATE).is_none())
+        .collect();
+    cands.sort_by_key(|p| {
+        (
+            anno(p, keys::BIND_TIME)
+                .and_then(|t| t.parse::<i64>().ok())
+                .unwrap_or(i64::MAX),
+            fmt_pod(p),
+        )
+    });
+    cands
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("no pod on node {node_name} is waiting for devices (no node lock holder, no pending pod with {} allocating and {} = {node_name})", keys::BIND_PHASE, keys::ASSIGNED_NODE))
+}
+
 fn pick(
     want: &[vgpu_hami::ContainerDevice],
     c: &ContainerPreferredAllocationRequest,
@@ -519,7 +539,7 @@ fn pick(
 type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl DevicePlugin for DevicePluginService {
+impl<K: NodeKube> DevicePlugin for DevicePluginService<K> {
     async fn get_device_plugin_options(
         &self,
         _: Request<Empty>,
@@ -673,8 +693,8 @@ async fn register(cfg: &NodeConfig) -> Result<(), String> {
 
 /// Serves the plugin until `shutdown` turns true: (re)binds the socket,
 /// registers, and starts over when the kubelet restarts.
-pub async fn serve(
-    core: Arc<PluginCore>,
+pub async fn serve<K: NodeKube>(
+    core: Arc<PluginCore<K>>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), PluginError> {
     let cfg = core.cfg.clone();
@@ -766,6 +786,337 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kube_api::fake::FakeKube;
+    use serde_json::json;
+    use vgpu_hami::ContainerDevice;
+
+    const GPU: &str = "GPU-4617e643-f070-4b90-b715-30c57f977a9a";
+    const NODE: &str = "node-a";
+
+    fn assignment(entries: Vec<Vec<ContainerDevice>>) -> String {
+        PodDevices {
+            containers: entries,
+        }
+        .encode()
+        .unwrap()
+    }
+
+    fn one_gpu() -> String {
+        assignment(vec![vec![ContainerDevice::nvidia(GPU, 1000, 30)]])
+    }
+
+    /// Pod `ns/name` on `NODE`, phase `phase`, these annotations.
+    fn pod(ns: &str, name: &str, phase: &str, annos: &[(&str, &str)]) -> Pod {
+        let a: BTreeMap<&str, &str> = annos.iter().copied().collect();
+        serde_json::from_value(json!({
+            "metadata": {
+                "namespace": ns,
+                "name": name,
+                "uid": format!("00000000-0000-4000-8000-{:012x}", name.len() * 7919 + ns.len()),
+                "annotations": a,
+            },
+            "spec": { "nodeName": NODE, "containers": [{ "name": "main" }] },
+            "status": { "phase": phase },
+        }))
+        .unwrap()
+    }
+
+    /// A pod the scheduler assigned to `NODE` at `bind_time`.
+    fn assigned(ns: &str, name: &str, bind_time: &str, devices: Option<&str>) -> Pod {
+        let mut a = vec![
+            (keys::BIND_TIME, bind_time),
+            (keys::BIND_PHASE, "allocating"),
+            (keys::ASSIGNED_NODE, NODE),
+        ];
+        if let Some(d) = devices {
+            a.push((keys::DEVICES_TO_ALLOCATE, d));
+        }
+        pod(ns, name, "Pending", &a)
+    }
+
+    fn name_of(r: Result<Pod, String>) -> Result<String, String> {
+        r.map(|p| fmt_pod(&p))
+    }
+
+    #[test]
+    fn the_lock_holder_wins_while_it_has_entries_or_an_unreadable_assignment() {
+        let d = one_gpu();
+        let older = assigned("a", "older", "100", Some(&d));
+        let holder = pod("b", "holder", "Pending", &[(keys::DEVICES_TO_ALLOCATE, &d)]);
+        assert_eq!(
+            name_of(choose_pending_pod(NODE, Some(holder), vec![older.clone()])),
+            Ok("b/holder".into())
+        );
+        assert!(PodDevices::parse("GPU-x,NVIDIA").is_err());
+        let garbled = pod(
+            "b",
+            "holder",
+            "Pending",
+            &[(keys::DEVICES_TO_ALLOCATE, "GPU-x,NVIDIA")],
+        );
+        assert_eq!(
+            name_of(choose_pending_pod(NODE, Some(garbled), vec![older.clone()])),
+            Ok("b/holder".into())
+        );
+        // Fully served or never assigned: the holder is done, the rest choose.
+        let served = assignment(vec![vec![]]);
+        for a in [vec![(keys::DEVICES_TO_ALLOCATE, served.as_str())], vec![]] {
+            let done = pod("b", "holder", "Pending", &a);
+            assert_eq!(
+                name_of(choose_pending_pod(NODE, Some(done), vec![older.clone()])),
+                Ok("a/older".into())
+            );
+        }
+    }
+
+    #[test]
+    fn candidates_are_pending_bound_allocating_here_and_not_served() {
+        let d = one_gpu();
+        let served = assignment(vec![vec![]]);
+        let good = assigned("z", "good", "500", Some(&d));
+        let mut running = assigned("a", "running", "1", Some(&d));
+        running.status.as_mut().unwrap().phase = Some("Running".into());
+        let no_bind_time = pod(
+            "a",
+            "no-bind-time",
+            "Pending",
+            &[
+                (keys::BIND_PHASE, "allocating"),
+                (keys::ASSIGNED_NODE, NODE),
+                (keys::DEVICES_TO_ALLOCATE, &d),
+            ],
+        );
+        let failed = pod(
+            "a",
+            "failed",
+            "Pending",
+            &[
+                (keys::BIND_TIME, "1"),
+                (keys::BIND_PHASE, "failed"),
+                (keys::ASSIGNED_NODE, NODE),
+                (keys::DEVICES_TO_ALLOCATE, &d),
+            ],
+        );
+        let elsewhere = pod(
+            "a",
+            "elsewhere",
+            "Pending",
+            &[
+                (keys::BIND_TIME, "1"),
+                (keys::BIND_PHASE, "allocating"),
+                (keys::ASSIGNED_NODE, "node-b"),
+                (keys::DEVICES_TO_ALLOCATE, &d),
+            ],
+        );
+        let done = assigned("a", "done", "1", Some(&served));
+        let others = vec![running, no_bind_time, failed, elsewhere, done];
+        let mut all = others.clone();
+        all.push(good);
+        assert_eq!(
+            name_of(choose_pending_pod(NODE, None, all)),
+            Ok("z/good".into())
+        );
+        // bind-phase success counts as allocating; a missing assignment is
+        // chosen too (Allocate refuses it with the reason).
+        let mut success = assigned("z", "success", "600", Some(&d));
+        success
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(keys::BIND_PHASE.into(), "success".into());
+        assert_eq!(
+            name_of(choose_pending_pod(NODE, None, vec![success])),
+            Ok("z/success".into())
+        );
+        assert_eq!(
+            name_of(choose_pending_pod(
+                NODE,
+                None,
+                vec![assigned("z", "bare", "7", None)]
+            )),
+            Ok("z/bare".into())
+        );
+        let none = choose_pending_pod(NODE, None, others).unwrap_err();
+        assert!(
+            none.starts_with("no pod on node node-a is waiting for devices"),
+            "{none}"
+        );
+    }
+
+    #[test]
+    fn the_oldest_bind_time_first_then_namespace_and_name() {
+        let d = one_gpu();
+        let pods = vec![
+            assigned("b", "x", "200", Some(&d)),
+            assigned("b", "a", "100", Some(&d)),
+            assigned("a", "z", "100", Some(&d)),
+            // An unreadable bind-time sorts last.
+            assigned("0", "0", "soon", Some(&d)),
+        ];
+        assert_eq!(
+            name_of(choose_pending_pod(NODE, None, pods.clone())),
+            Ok("a/z".into())
+        );
+        assert_eq!(
+            name_of(choose_pending_pod(NODE, None, pods[..2].to_vec())),
+            Ok("b/a".into())
+        );
+        assert_eq!(
+            name_of(choose_pending_pod(
+                NODE,
+                None,
+                vec![pods[3].clone(), pods[0].clone()]
+            )),
+            Ok("b/x".into())
+        );
+    }
+
+    #[test]
+    fn the_lock_names_its_holder() {
+        let v = NodeLock::new(jiff::Timestamp::now(), "ns", "p").to_string();
+        assert_eq!(lock_holder(Some(&v)), Some(("ns".into(), "p".into())));
+        assert_eq!(lock_holder(Some("not a lock")), None);
+        assert_eq!(lock_holder(None), None);
+    }
+
+    struct Rig {
+        _dir: tempfile::TempDir,
+        cfg: Arc<NodeConfig>,
+        core: Arc<PluginCore<FakeKube>>,
+        _devices: watch::Sender<DeviceSet>,
+    }
+
+    /// A plugin over a fake cluster where `ns/p` holds the node lock with
+    /// one container entry for `GPU`, and a scratch host directory.
+    fn rig() -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = NodeConfig::new(NODE);
+        cfg.layout = crate::layout::Layout::new(dir.path());
+        cfg.lock_dir = dir.path().join("lock");
+        let cfg = Arc::new(cfg);
+        let kube = FakeKube::new(NODE);
+        let d = one_gpu();
+        kube.add_pod(assigned("ns", "p", "100", Some(&d)));
+        let lock = NodeLock::new(jiff::Timestamp::now(), "ns", "p").to_string();
+        kube.set_node_annotation(keys::NODE_LOCK, Some(&lock));
+        let set = DeviceSet {
+            gpus: vec![DeviceFacts {
+                index: 0,
+                uuid: GPU.into(),
+                name: "NVIDIA A100".into(),
+                memory_total: 40 << 30,
+                numa: None,
+            }],
+            healthy: vec![true],
+        };
+        let (tx, rx) = watch::channel(set);
+        let core = PluginCore::new(cfg.clone(), kube, rx, Arc::new(PluginStats::default()));
+        Rig {
+            _dir: dir,
+            cfg,
+            core,
+            _devices: tx,
+        }
+    }
+
+    fn request(ids: &[String]) -> AllocateRequest {
+        AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: ids.to_vec(),
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn allocate_serves_the_holder_marks_success_and_releases_the_lock() {
+        let r = rig();
+        let core = &r.core;
+        let resp = core.allocate(request(&[format!("{GPU}-0")])).await.unwrap();
+        assert_eq!(resp.container_responses.len(), 1);
+        let k = &core.kube;
+        assert_eq!(
+            k.pod_annotation("ns", "p", keys::BIND_PHASE).as_deref(),
+            Some("success")
+        );
+        let left = k
+            .pod_annotation("ns", "p", keys::DEVICES_TO_ALLOCATE)
+            .unwrap();
+        assert!(PodDevices::parse(&left).unwrap().all_served(), "{left}");
+        assert_eq!(k.node_annotation(keys::NODE_LOCK), None);
+        let uid = k
+            .pod("ns", "p")
+            .await
+            .unwrap()
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap();
+        let limits = r
+            .cfg
+            .layout
+            .limits_file(&crate::layout::container_key(&uid, "main"));
+        let text = std::fs::read_to_string(&limits).unwrap();
+        assert!(text.contains(GPU), "{text}");
+        assert_eq!(core.stats.allocations.load(Ordering::Relaxed), 1);
+        // Served: the next Allocate finds nobody, and says so.
+        let e = core
+            .allocate(request(&[format!("{GPU}-1")]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            e.message().contains("no pod on node node-a"),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_allocate_marks_failed_releases_the_lock_and_writes_nothing() {
+        let r = rig();
+        let core = &r.core;
+        // Two devices asked for, one assigned.
+        let e = core
+            .allocate(request(&[format!("{GPU}-0"), format!("{GPU}-1")]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(
+            e.message().contains("device number not matched"),
+            "{}",
+            e.message()
+        );
+        let k = &core.kube;
+        assert_eq!(
+            k.pod_annotation("ns", "p", keys::BIND_PHASE).as_deref(),
+            Some("failed")
+        );
+        // The assignment is left as it was: nothing was consumed.
+        assert_eq!(
+            k.pod_annotation("ns", "p", keys::DEVICES_TO_ALLOCATE),
+            Some(one_gpu())
+        );
+        assert_eq!(k.node_annotation(keys::NODE_LOCK), None);
+        assert!(!r.cfg.layout.limits_root().exists());
+        assert_eq!(core.stats.refusals.load(Ordering::Relaxed), 1);
+        assert_eq!(core.stats.allocations.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn the_lock_is_released_only_for_its_holder_or_when_unreadable() {
+        let k = FakeKube::new(NODE);
+        let lock = NodeLock::new(jiff::Timestamp::now(), "ns", "other").to_string();
+        k.set_node_annotation(keys::NODE_LOCK, Some(&lock));
+        assert!(!k.release_node_lock("ns", "p").await.unwrap());
+        assert_eq!(k.node_annotation(keys::NODE_LOCK), Some(lock));
+        assert!(k.release_node_lock("ns", "other").await.unwrap());
+        assert_eq!(k.node_annotation(keys::NODE_LOCK), None);
+        k.set_node_annotation(keys::NODE_LOCK, Some("garbage"));
+        assert!(k.release_node_lock("ns", "p").await.unwrap());
+        assert_eq!(k.node_annotation(keys::NODE_LOCK), None);
+        assert!(!k.release_node_lock("ns", "p").await.unwrap());
+    }
 
     fn facts(numa: Option<i64>) -> DeviceFacts {
         DeviceFacts {

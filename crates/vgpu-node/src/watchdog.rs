@@ -20,11 +20,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
+
 use crate::config::{Enforce, NodeConfig};
-use crate::kube_api::KubeApi;
+use crate::kube_api::NodeKube;
 use crate::monitor::{assess, Assessment, PodCache, WatchdogStats};
 use crate::nvml::Gpus;
-use crate::observe::{self, Resolver};
+use crate::observe::{self, PodIndex, Resolver};
 
 /// A process the watchdog killed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -261,6 +263,73 @@ fn kill_checked(proc_root: &std::path::Path, pid: u32, start_time: u64) -> Resul
         .map_err(|e| format!("pidfd_send_signal: {e}"))
 }
 
+/// A Warning Event the watchdog posts about a pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OverLimitEvent {
+    /// The pod.
+    pub pod: Pod,
+    /// `VgpuMemoryOverLimitDetected` or `VgpuMemoryOverLimit` (a kill).
+    pub reason: &'static str,
+    /// The message.
+    pub message: String,
+}
+
+/// The Events for one cycle's detections and kills, for the containers of
+/// pods the index knows (others are logged only).
+pub fn events(rep: &CycleReport, pods: &PodIndex, cfg: &NodeConfig) -> Vec<OverLimitEvent> {
+    let pod_of = |key: &str| {
+        let (uid, ctr) = pods.owner_of(key)?;
+        Some((pods.pods.get(uid)?, ctr.to_owned()))
+    };
+    let mut out = Vec::new();
+    for det in &rep.detections {
+        let Some((pod, ctr)) = pod_of(&det.key) else {
+            continue;
+        };
+        let suspect = match det.suspect {
+            Some((pid, b)) => format!(
+                "; most unaccounted: host pid {pid} ({} MiB its slot does not account for)",
+                b >> 20
+            ),
+            None => String::new(),
+        };
+        let message = format!(
+            "vgpu watchdog: the driver reports {} MiB for container {ctr} on {} against a limit of {} MiB (tolerance {} MiB; the ledger accounts for {} MiB){suspect}; enforce={}",
+            det.driver >> 20,
+            det.uuid,
+            det.limit >> 20,
+            cfg.tolerance_bytes >> 20,
+            det.ledger >> 20,
+            if cfg.enforce == Enforce::Kill { "kill" } else { "report" },
+        );
+        out.push(OverLimitEvent {
+            pod: pod.clone(),
+            reason: "VgpuMemoryOverLimitDetected",
+            message,
+        });
+    }
+    for kill in &rep.kills {
+        let Some((pod, ctr)) = pod_of(&kill.key) else {
+            continue;
+        };
+        let message = format!(
+            "vgpu watchdog killed host pid {} of container {ctr}: the driver reports {} MiB on {} against a limit of {} MiB (tolerance {} MiB, grace {} s)",
+            kill.pid,
+            kill.driver >> 20,
+            kill.uuid,
+            kill.limit >> 20,
+            cfg.tolerance_bytes >> 20,
+            cfg.grace.as_secs()
+        );
+        out.push(OverLimitEvent {
+            pod: pod.clone(),
+            reason: "VgpuMemoryOverLimit",
+            message,
+        });
+    }
+    out
+}
+
 impl Watchdog {
     /// A watchdog over these sources.
     pub fn new(
@@ -341,9 +410,9 @@ impl Watchdog {
 
     /// Runs cycles every `watchdog_interval` until `shutdown`, posting an
     /// Event for each detection and each kill.
-    pub async fn run(
+    pub async fn run<K: NodeKube>(
         mut self,
-        kube: Option<KubeApi>,
+        kube: Option<K>,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) {
         let every = self.cfg.watchdog_interval.max(Duration::from_millis(100));
@@ -359,55 +428,9 @@ impl Watchdog {
             };
             self = me;
             if let Some(k) = &kube {
-                let pods = self.pods.get();
-                for det in &rep.detections {
-                    let Some((uid, ctr)) = pods.owner_of(&det.key) else {
-                        continue;
-                    };
-                    let Some(pod) = pods.pods.get(uid) else {
-                        continue;
-                    };
-                    let suspect = match det.suspect {
-                        Some((pid, b)) => format!("; most unaccounted: host pid {pid} ({} MiB its slot does not account for)", b >> 20),
-                        None => String::new(),
-                    };
-                    let msg = format!(
-                        "vgpu watchdog: the driver reports {} MiB for container {ctr} on {} against a limit of {} MiB (tolerance {} MiB; the ledger accounts for {} MiB){suspect}; enforce={}",
-                        det.driver >> 20,
-                        det.uuid,
-                        det.limit >> 20,
-                        self.cfg.tolerance_bytes >> 20,
-                        det.ledger >> 20,
-                        if self.cfg.enforce == Enforce::Kill { "kill" } else { "report" },
-                    );
-                    if let Err(e) = k
-                        .pod_event(pod, "Warning", "VgpuMemoryOverLimitDetected", &msg)
-                        .await
-                    {
-                        tracing::warn!("recording the detection as an Event: {e}");
-                    }
-                }
-                for kill in &rep.kills {
-                    let Some((uid, ctr)) = pods.owner_of(&kill.key) else {
-                        continue;
-                    };
-                    let Some(pod) = pods.pods.get(uid) else {
-                        continue;
-                    };
-                    let msg = format!(
-                        "vgpu watchdog killed host pid {} of container {ctr}: the driver reports {} MiB on {} against a limit of {} MiB (tolerance {} MiB, grace {} s)",
-                        kill.pid,
-                        kill.driver >> 20,
-                        kill.uuid,
-                        kill.limit >> 20,
-                        self.cfg.tolerance_bytes >> 20,
-                        self.cfg.grace.as_secs()
-                    );
-                    if let Err(e) = k
-                        .pod_event(pod, "Warning", "VgpuMemoryOverLimit", &msg)
-                        .await
-                    {
-                        tracing::warn!("recording the kill as an Event: {e}");
+                for e in events(&rep, &self.pods.get(), &self.cfg) {
+                    if let Err(err) = k.pod_event(&e.pod, "Warning", e.reason, &e.message).await {
+                        tracing::warn!("recording {} as an Event: {err}", e.reason);
                     }
                 }
             }
@@ -556,5 +579,75 @@ mod tests {
             policy(Enforce::Kill),
         );
         assert!(d.kills.is_empty());
+    }
+
+    #[test]
+    fn events_name_the_pod_container_figures_and_mode() {
+        let uid = "0a1b2c3d-0000-4000-8000-000000000001";
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "namespace": "team-a", "name": "train", "uid": uid },
+            "spec": { "containers": [{ "name": "main" }] },
+        }))
+        .unwrap();
+        let pods = PodIndex::new(std::slice::from_ref(&pod));
+        let key = format!("{uid}_main");
+        let rep = CycleReport {
+            detections: vec![
+                Detection {
+                    key: key.clone(),
+                    uuid: "GPU-0".into(),
+                    driver: 2048 * MIB,
+                    limit: 1024 * MIB,
+                    ledger: 512 * MIB,
+                    suspect: Some((4242, 1536 * MIB)),
+                },
+                // A container of a pod the index does not know: no Event.
+                Detection {
+                    key: "0a1b2c3d-0000-4000-8000-00000000ffff_x".into(),
+                    uuid: "GPU-0".into(),
+                    driver: 2048 * MIB,
+                    limit: 1024 * MIB,
+                    ledger: 0,
+                    suspect: None,
+                },
+            ],
+            kills: vec![Kill {
+                key,
+                uuid: "GPU-0".into(),
+                pid: 4242,
+                driver: 2048 * MIB,
+                limit: 1024 * MIB,
+            }],
+            ..CycleReport::default()
+        };
+        let mut cfg = NodeConfig::new("node-a");
+        cfg.enforce = Enforce::Kill;
+        cfg.tolerance_bytes = 64 * MIB;
+        cfg.grace = Duration::from_secs(30);
+        let ev = events(&rep, &pods, &cfg);
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        assert!(ev.iter().all(|e| e.pod == pod));
+        assert_eq!(ev[0].reason, "VgpuMemoryOverLimitDetected");
+        assert_eq!(
+            ev[0].message,
+            "vgpu watchdog: the driver reports 2048 MiB for container main on GPU-0 against a limit of 1024 MiB (tolerance 64 MiB; the ledger accounts for 512 MiB); most unaccounted: host pid 4242 (1536 MiB its slot does not account for); enforce=kill"
+        );
+        assert_eq!(ev[1].reason, "VgpuMemoryOverLimit");
+        assert_eq!(
+            ev[1].message,
+            "vgpu watchdog killed host pid 4242 of container main: the driver reports 2048 MiB on GPU-0 against a limit of 1024 MiB (tolerance 64 MiB, grace 30 s)"
+        );
+        cfg.enforce = Enforce::Report;
+        let rep = CycleReport {
+            kills: vec![],
+            ..rep
+        };
+        let ev = events(&rep, &pods, &cfg);
+        assert_eq!(ev.len(), 1);
+        assert!(
+            ev[0].message.ends_with("; enforce=report"),
+            "{}",
+            ev[0].message
+        );
     }
 }
