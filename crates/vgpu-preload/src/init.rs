@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use vgpu_cuda_abi::CUresult;
 
 use crate::attach::{self, Proc};
+use crate::clock::{Clock, MONOTONIC};
 use crate::driver::{self, CudaDriver, REAL_CUDA};
 use crate::ledger::RegionPhase;
-use crate::limiter::clock::{Clock, MONOTONIC};
 use crate::process;
 
 /// The generation + 1 whose `cuInit` phases have run (0: none yet).
@@ -86,10 +86,10 @@ mod tests {
 
     use super::*;
     use crate::attach::build_with;
+    use crate::clock::FakeClock;
     use crate::config::Config;
     use crate::driver::fake::FakeCuda;
     use crate::ledger::{Ledger, NewDevice};
-    use crate::limiter::clock::FakeClock;
     use crate::limits_source::LimitsSource;
 
     const G: u64 = 1 << 30;

@@ -24,12 +24,13 @@
 //! | state | [`attach`] | per-process configuration, region slot, charge tables |
 //! | driver, ledger, limits | [`driver`], [`ledger`], [`limits_source`] | the real-function table and the driver traits; the region; the limits in force (file, else environment) |
 //! | process | [`process`] | generation, fork/exit handlers, re-entrancy guard, per-image state cell, the owned thread and its periodic tasks |
-//! | base | [`log`], [`config`], [`sys`] | raw-write log; the environment contract; libc glue |
+//! | base | [`log`], [`config`], [`sys`], [`clock`] | raw-write log; the environment contract; libc glue; the injected monotonic clock |
 #![allow(non_snake_case, non_upper_case_globals)]
 
 #[macro_use]
 pub mod log;
 pub mod attach;
+pub mod clock;
 pub mod config;
 pub mod driver;
 pub mod ffi;

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use vgpu_cuda_abi::*;
 
 use super::{api, cu_ok, CuResult, CudaDriver, NvmlDriver, NvmlResult, ProcessInfo};
-use crate::limiter::clock::{Clock, FakeClock};
+use crate::clock::{Clock, FakeClock};
 
 #[derive(Clone, Debug, Default)]
 pub struct FakePool {

@@ -32,7 +32,7 @@ use crate::attach::{self, Proc};
 use crate::driver::{self, CudaDriver, NvmlDriver, REAL_CUDA, REAL_NVML};
 use crate::process;
 
-pub mod clock;
+pub use crate::clock;
 mod job;
 mod lend;
 pub mod markers;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 /// (module, layer).
 const LAYERS: &[(&str, u32)] = &[
     ("sys", 0),
+    ("clock", 0),
     ("config", 1),
     ("log", 2),
     ("process", 3),

@@ -1,6 +1,6 @@
-//! Time for the limiter, injected: [`MonotonicClock`] in the library,
-//! [`FakeClock`] in tests (firecracker's token bucket is the model), so
-//! pacing logic is tested without sleeping.
+//! Time for the limiter and `cuInit`'s phase stamps, injected:
+//! [`MonotonicClock`] in the library, [`FakeClock`] in tests (firecracker's
+//! token bucket is the model), so pacing logic is tested without sleeping.
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A monotonic clock in nanoseconds, and the waits a paced launch makes.
