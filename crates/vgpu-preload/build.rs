@@ -109,7 +109,8 @@ fn front(cc: &str) {
         .args([
             "-shared", "-fPIC", "-O2", "-g", "-Wall", "-Wextra", "-Werror",
         ])
-        // No start files: no constructor, no _init/_fini, no __cxa_finalize.
+        // No start files: no _init/_fini, no __cxa_finalize (its one
+        // constructor, in .init_array, needs none).
         .args([
             "-nostartfiles",
             "-fno-stack-protector",

@@ -3,8 +3,9 @@
  *
  * With /etc/ld.so.preload this object is loaded into every process of the
  * container (shells, `ls`, data-loader workers), and most of them never
- * touch CUDA. Loading it must cost next to nothing: no constructor, no
- * symbol relocation at load time, a few pages. Each export is a jump
+ * touch CUDA. Loading it must cost next to nothing: no symbol relocation at
+ * load time, a few pages, and one constructor that only looks whether the
+ * driver is already loaded (a program linked against it). Each export is a jump
  * through a slot; the slots start empty, and the first call of any export
  * (or the first dlsym of a `cu`/`nvml` name: the process is about to use
  * the driver) loads the interposer proper (libvgpu_core.so, next to this
@@ -559,6 +560,28 @@ HIDDEN void *vgpu_front_resolve(unsigned i) {
     pthread_once(&once, load_core);
     void *t = __atomic_load_n(&vgpu_front_slots[i], __ATOMIC_ACQUIRE);
     return t ? t : fail_of(i);
+}
+
+/* Whether this loaded object is the driver (libcuda.so.1). */
+static int driver_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    (void)data;
+    const char *base = info->dlpi_name;
+    for (const char *p = base; *p; p++)
+        if (*p == '/')
+            base = p + 1;
+    return same(base, "libcuda.so.1") || same(base, "libcuda.so");
+}
+
+/* The one constructor. A program linked against the driver (libcuda.so.1
+ * is already loaded when constructors run) is about to use it: load the
+ * core now, before main, rather than inside its first call, where start-up
+ * latency counts. Every other process (shells, tools, a Python that will
+ * dlopen the driver later: its first dlsym of a driver name loads the core)
+ * pays one walk of the loaded objects. */
+__attribute__((constructor)) static void early(void) {
+    if (dl_iterate_phdr(driver_cb, NULL))
+        pthread_once(&once, load_core);
 }
 
 static void *route(const char *name, void *found);

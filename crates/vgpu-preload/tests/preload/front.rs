@@ -67,14 +67,34 @@ fn the_first_cuda_call_loads_the_core_and_every_route_reaches_the_hooks() {
 }
 
 #[test]
-fn the_first_lookup_of_a_driver_name_loads_the_core_before_any_call() {
-    // Start-up latency: the core's load happens at the dlsym that precedes
-    // cuInit (libcudart, PyTorch, dlopen users), not inside cuInit.
+fn the_core_is_loaded_before_the_first_call_of_a_process_that_uses_the_driver() {
+    // Start-up latency: the core's load happens before cuInit, in the
+    // front's constructor for a program linked against the driver, at the
+    // dlsym that precedes cuInit for one that dlopens it (libcudart,
+    // PyTorch).
     let s = sim(1);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("r.cache");
     let env = env(&s, Some(&cache), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
     let out = run(&c_program("early"), &[], &env);
+    assert_passed(&out);
+    // The same source, not linked against the driver.
+    let bare = dir.path().join("early-dlopen");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/early.c");
+    let cc = std::process::Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
+        .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .args(["-DEARLY_DLOPEN", "-o"])
+        .arg(&bare)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = run(&bare, &[], &env);
     assert_passed(&out);
 }
 
