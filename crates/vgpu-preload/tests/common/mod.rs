@@ -33,28 +33,14 @@ fn out_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("vgpu-preload")
 }
 
-/// `tests/c/<name>.c` compiled with gcc against NVIDIA's cuda.h/nvml.h and
-/// linked `-lcuda -lnvidia-ml` (against the simulated driver's dev links).
-pub fn c_program(name: &str) -> PathBuf {
-    static BUILT: OnceLock<std::sync::Mutex<BTreeMap<String, PathBuf>>> = OnceLock::new();
-    let m = BUILT.get_or_init(Default::default);
-    let mut m = m.lock().unwrap();
-    if let Some(p) = m.get(name) {
-        return p.clone();
-    }
+/// Compiles `tests/c/<name>.c` to `out` with gcc (`$CC`), warnings as
+/// errors, NVIDIA's headers on the include path, and `extra` arguments
+/// (defines, `-shared`, libraries) after the source.
+fn compile_c(name: &str, out: &Path, extra: &[&std::ffi::OsStr]) {
     let inc =
         vgpu_conformance::nvidia_include().expect("NVIDIA headers (scripts/fetch-nvidia-headers)");
-    let dir = out_dir();
-    std::fs::create_dir_all(&dir).unwrap();
-    let links = tempfile::Builder::new()
-        .prefix(".links-")
-        .tempdir_in(&dir)
-        .unwrap();
-    let lib = vgpu_sim::link_libs(links.path())
-        .expect("simulated driver built (cargo build -p vgpu-sim-cuda -p vgpu-sim-nvml)");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let tmp = links.path().join(name);
-    let out = Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
+    let r = Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
         .args([
             "-std=gnu11",
             "-O1",
@@ -68,18 +54,47 @@ pub fn c_program(name: &str) -> PathBuf {
         .arg("-I")
         .arg(vgpu_conformance::conformance_dir())
         .arg("-o")
-        .arg(&tmp)
+        .arg(out)
         .arg(&src)
-        .arg("-L")
-        .arg(&lib)
-        .args(["-lcuda", "-lnvidia-ml", "-ldl"])
+        .args(extra)
         .output()
         .expect("run gcc");
     assert!(
-        out.status.success(),
+        r.status.success(),
         "gcc {}: {}",
         src.display(),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
+
+/// `tests/c/<name>.c` compiled with gcc against NVIDIA's cuda.h/nvml.h and
+/// linked `-lcuda -lnvidia-ml` (against the simulated driver's dev links).
+pub fn c_program(name: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<BTreeMap<String, PathBuf>>> = OnceLock::new();
+    let m = BUILT.get_or_init(Default::default);
+    let mut m = m.lock().unwrap();
+    if let Some(p) = m.get(name) {
+        return p.clone();
+    }
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let links = tempfile::Builder::new()
+        .prefix(".links-")
+        .tempdir_in(&dir)
+        .unwrap();
+    let lib = vgpu_sim::link_libs(links.path())
+        .expect("simulated driver built (cargo build -p vgpu-sim-cuda -p vgpu-sim-nvml)");
+    let tmp = links.path().join(name);
+    compile_c(
+        name,
+        &tmp,
+        &[
+            "-L".as_ref(),
+            lib.as_os_str(),
+            "-lcuda".as_ref(),
+            "-lnvidia-ml".as_ref(),
+            "-ldl".as_ref(),
+        ],
     );
     let exe = dir.join(name);
     std::fs::rename(&tmp, &exe).unwrap();
@@ -89,43 +104,31 @@ pub fn c_program(name: &str) -> PathBuf {
 
 /// `tests/c/<name>.c` as a shared library (for chained-preload tests).
 pub fn c_shared(name: &str) -> PathBuf {
-    let inc =
-        vgpu_conformance::nvidia_include().expect("NVIDIA headers (scripts/fetch-nvidia-headers)");
     let dir = out_dir();
     std::fs::create_dir_all(&dir).unwrap();
     let tmp = tempfile::Builder::new()
         .prefix(".so-")
         .tempdir_in(&dir)
         .unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let so = tmp.path().join(format!("lib{name}.so"));
-    let out = Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
-        .args([
-            "-std=gnu11",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-shared",
-            "-fPIC",
-            "-I",
-        ])
-        .arg(&inc)
-        .arg("-o")
-        .arg(&so)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run gcc");
-    assert!(
-        out.status.success(),
-        "gcc {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
+    compile_c(
+        name,
+        &so,
+        &["-shared".as_ref(), "-fPIC".as_ref(), "-ldl".as_ref()],
     );
     let dest = dir.join(format!("lib{name}.so"));
     std::fs::rename(&so, &dest).unwrap();
     dest
+}
+
+/// `tests/c/<name>.c` linked against nothing but libc (a program that
+/// `dlopen`s the driver itself), with `defines` (`-DNAME`), into `dir`.
+pub fn c_program_unlinked(name: &str, defines: &[&str], dir: &Path) -> PathBuf {
+    let exe = dir.join(format!("{name}-unlinked"));
+    let mut extra: Vec<&std::ffi::OsStr> = defines.iter().map(|d| d.as_ref()).collect();
+    extra.push("-ldl".as_ref());
+    compile_c(name, &exe, &extra);
+    exe
 }
 
 /// The environment of a process in a container with region `cache`.

@@ -79,21 +79,7 @@ fn the_core_is_loaded_before_the_first_call_of_a_process_that_uses_the_driver() 
     let out = run(&c_program("early"), &[], &env);
     assert_passed(&out);
     // The same source, not linked against the driver.
-    let bare = dir.path().join("early-dlopen");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/early.c");
-    let cc = std::process::Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
-        .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"])
-        .args(["-DEARLY_DLOPEN", "-o"])
-        .arg(&bare)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let bare = c_program_unlinked("early", &["-DEARLY_DLOPEN"], dir.path());
     let out = run(&bare, &[], &env);
     assert_passed(&out);
 }
