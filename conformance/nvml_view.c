@@ -102,9 +102,11 @@ static int worker(unsigned long long mib) {
 
 /* Give device 0 `ms` ms of work: one-wave 10 ms kernels launched back to
  * back, at most IN_FLIGHT queued (the device never waits on the host even
- * if this process is descheduled for 30 ms, and a second process's
- * launches interleave as they would with a real driver's time slicing). */
-#define IN_FLIGHT 4
+ * if this process is descheduled for 100 ms, as on a loaded 2-core machine:
+ * with 4 queued, 40 ms, a run read 87 % for a busy process; a second
+ * process's launches still interleave as with a real driver's time
+ * slicing). */
+#define IN_FLIGHT 12
 
 static CUresult create_events(CUevent *ev) {
     for (int i = 0; i < IN_FLIGHT; i++) {
