@@ -177,7 +177,9 @@ pub fn attach(may_init: bool, drv: &dyn CudaDriver) -> Option<&'static Proc> {
         built = true;
         Some(p)
     });
-    if built && out.is_some() {
+    if let (true, Some(p)) = (built, out) {
+        // Outside `cuInit` (a policy hook): what a lazy `cuInit` skipped.
+        crate::init::after_late_attach(p, drv);
         attached_hook();
     }
     out
