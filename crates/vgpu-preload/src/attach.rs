@@ -178,11 +178,24 @@ pub fn attach(may_init: bool, drv: &dyn CudaDriver) -> Option<&'static Proc> {
         Some(p)
     });
     if let (true, Some(p)) = (built, out) {
-        // Outside `cuInit` (a policy hook): what a lazy `cuInit` skipped.
-        crate::init::after_late_attach(p, drv);
+        if let Some(f) = LATE.get() {
+            f(p, drv);
+        }
         attached_hook();
     }
     out
+}
+
+/// What runs after an attach (`init` registers what a `cuInit` that did
+/// not attach left for it; a function pointer, as `init` sits above
+/// this layer).
+pub type LateHook = fn(&Proc, &dyn CudaDriver);
+static LATE: std::sync::OnceLock<LateHook> = std::sync::OnceLock::new();
+
+/// Registers `f` to run after every later attach of this process (the
+/// first registration stays).
+pub fn on_late_attach(f: LateHook) {
+    let _ = LATE.set(f);
 }
 
 fn register_handlers() {

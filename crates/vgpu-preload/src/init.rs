@@ -73,6 +73,7 @@ fn lazy(
     {
         s.store(t, Ordering::Relaxed);
     }
+    attach::on_late_attach(after_late_attach);
     STAMPS_GEN.store(gen, Ordering::Release);
     r
 }
