@@ -437,6 +437,15 @@ mod tests {
     }
 
     #[test]
+    fn attach_mode_lazy_by_default_eager_on_request_bad_values_said() {
+        assert!(!cfg(&[]).attach_eager);
+        assert!(cfg(&[(ENV_ATTACH_MODE, " eager ")]).attach_eager);
+        let c = cfg(&[(ENV_ATTACH_MODE, "now")]);
+        assert!(!c.attach_eager, "a bad value keeps the default");
+        assert!(c.problems[0].contains("\"now\""), "{:?}", c.problems);
+    }
+
+    #[test]
     fn identity_tiers_order_subset_and_bad_names() {
         let s = cfg(&[]).identity;
         assert_eq!(s.tiers, vgpu_identity::DEFAULT_ORDER);

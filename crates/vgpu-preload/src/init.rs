@@ -290,6 +290,48 @@ mod tests {
     }
 
     #[test]
+    fn a_lazy_cuinit_leaves_the_region_alone_and_its_stamps_to_the_attach() {
+        let dir = tempfile::tempdir().unwrap();
+        // The region lists ordinal 1 first: binding must happen at attach.
+        let cuda = FakeCuda::new(2, 80 * G);
+        region(dir.path(), &[uuid(&cuda, 1), uuid(&cuda, 0)]);
+        let cfg = config(dir.path(), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+        let clock = FakeClock::new(7_000 * MS);
+        let gen = process::generation().wrapping_add(1);
+        let real = |f| {
+            clock.advance(2 * MS);
+            cuda.init(f)
+        };
+        let r = vgpu_region::Region::open(&dir.path().join("r.cache")).unwrap();
+        let live = r.live_slots();
+        assert_eq!(lazy(&clock, real, 0, gen), CUresult::CUDA_SUCCESS);
+        assert_eq!(r.live_slots(), live, "cuInit claimed no slot");
+        assert_eq!(cuda.count("cuDeviceGetCount"), 0, "nor asked for devices");
+
+        // The first call that needs the region attaches, then the step
+        // the lazy cuInit left: ordinals bound, its stamps in the slot.
+        let src: &'static LimitsSource = Box::leak(Box::new(LimitsSource::new()));
+        let p = build_with(cfg, src, true, &cuda).unwrap();
+        assert_eq!(r.live_slots(), live + 1, "the attach claimed one");
+        after_late_attach(&p, &cuda);
+        let l = p.ledger.as_ref().unwrap();
+        assert!(l.is_bound());
+        assert_eq!((l.index(0), l.index(1)), (Some(1), Some(0)));
+        assert_eq!(p.ndev.load(Ordering::Relaxed), 2);
+        assert_eq!(p.mem_limit(1), Some(G));
+        let slot = l.region().slot(l.slot());
+        let enter = slot.phase(RegionPhase::RealInitEnter);
+        assert_eq!(enter, 7_000 * MS, "the stamps of the cuInit itself");
+        assert_eq!(slot.phase(RegionPhase::RealInitExit) - enter, 2 * MS);
+        assert_eq!(slot.phase(RegionPhase::WrapperExit), 7_002 * MS);
+        assert_eq!(
+            slot.phase(RegionPhase::RegionMapped),
+            0,
+            "the region was not on the cuInit path"
+        );
+    }
+
+    #[test]
     fn devices_bind_to_the_region_by_uuid_not_by_ordinal() {
         let dir = tempfile::tempdir().unwrap();
         let cuda = FakeCuda::new(3, 80 * G);
