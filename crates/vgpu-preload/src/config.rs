@@ -91,14 +91,14 @@ fn eager_mode(v: &str) -> Option<bool> {
 
 /// Whether the environment asks `cuInit` to attach (`LIBVGPU_ATTACH=eager`,
 /// or `LIBVGPU_IDENTITY=eager`, which resolves into the slot there). One
-/// scan of `environ` for the two names, no configuration parse: this runs
-/// inside `cuInit`. A malformed value is lazy here and reported at attach.
+/// `getenv` per name, no configuration parse: this runs inside `cuInit`.
+/// A malformed value is lazy here and reported at attach.
 pub fn attach_eager_in_env() -> bool {
-    // The two names above, each with its '=' (an exact-name prefix).
-    crate::sys::env_with_prefixes(&["LIBVGPU_ATTACH=", "LIBVGPU_IDENTITY="])
-        .iter()
-        .any(|(_, v)| std::str::from_utf8(v).ok().and_then(eager_mode) == Some(true))
+    let eager = |v: &[u8]| std::str::from_utf8(v).ok().and_then(eager_mode) == Some(true);
+    crate::sys::env_matches(c"LIBVGPU_ATTACH", eager)
+        || crate::sys::env_matches(c"LIBVGPU_IDENTITY", eager)
 }
+
 /// Comma-separated tiers in the order to try them (a subset is fine):
 /// `same_namespace`, `broker`, `procfs`, `probe`.
 pub const ENV_IDENTITY_TIERS: &str = "LIBVGPU_IDENTITY_TIERS";

@@ -97,7 +97,7 @@ pub unsafe extern "C" fn vgpu_core_bind(
             }
         }
         if let Some(&first) = exports.first() {
-            crate::sys::set_front_base(crate::sys::object_base(first as usize));
+            crate::sys::set_front(first as usize);
         }
         let _ = FRONT.set(front);
         Box::leak(impls.into_boxed_slice()).as_ptr()
