@@ -82,6 +82,20 @@ pub fn dlopen_now(name: &CStr) -> Result<*mut c_void, String> {
     }
 }
 
+/// Whether the library `name` is already loaded in this process (never
+/// loads it: `RTLD_NOLOAD`, and the reference taken is given back).
+pub fn is_loaded(name: &CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated; RTLD_NOLOAD only looks.
+    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: `h` is the handle just returned; closing it drops only the
+    // reference this call took.
+    unsafe { libc::dlclose(h) };
+    true
+}
+
 fn dlerror_text() -> String {
     // SAFETY: dlerror returns null or a NUL-terminated thread-local string.
     let e = unsafe { libc::dlerror() };
@@ -383,5 +397,13 @@ mod tests {
         assert!(libc_segs.n > 0 && libc_segs.contains(getpid as usize));
         assert!(!libc_segs.contains(own as usize));
         assert_eq!(segments_of(0).n, 0, "no object at 0");
+    }
+
+    #[test]
+    fn is_loaded_looks_and_never_loads() {
+        assert!(is_loaded(c"libc.so.6"));
+        let absent = c"libvgpu-test-never-there.so";
+        assert!(!is_loaded(absent));
+        assert!(!is_loaded(absent), "the look loaded nothing");
     }
 }
