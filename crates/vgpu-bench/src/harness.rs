@@ -292,6 +292,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, HarnessError> {
             Mode::Vgpu { lib } => {
                 cmd.env("LD_PRELOAD", lib);
                 cmd.env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &region_path);
+                // The phase breakdown needs the slot claimed inside
+                // cuInit: by default the interposer attaches later, at the
+                // first call that needs the region.
+                cmd.env("LIBVGPU_ATTACH", "eager");
             }
             Mode::Preload { lib, .. } => {
                 // The same region as `vgpu`, so another build of libvgpu.so

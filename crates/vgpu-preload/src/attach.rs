@@ -177,10 +177,25 @@ pub fn attach(may_init: bool, drv: &dyn CudaDriver) -> Option<&'static Proc> {
         built = true;
         Some(p)
     });
-    if built && out.is_some() {
+    if let (true, Some(p)) = (built, out) {
+        if let Some(f) = LATE.get() {
+            f(p, drv);
+        }
         attached_hook();
     }
     out
+}
+
+/// What runs after an attach (`init` registers what a `cuInit` that did
+/// not attach left for it; a function pointer, as `init` sits above
+/// this layer).
+pub type LateHook = fn(&Proc, &dyn CudaDriver);
+static LATE: std::sync::OnceLock<LateHook> = std::sync::OnceLock::new();
+
+/// Registers `f` to run after every later attach of this process (the
+/// first registration stays).
+pub fn on_late_attach(f: LateHook) {
+    let _ = LATE.set(f);
 }
 
 fn register_handlers() {

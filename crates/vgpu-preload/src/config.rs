@@ -67,12 +67,38 @@ pub struct Config {
     /// Host-PID identity (`LIBVGPU_IDENTITY*`, `LIBVGPU_HOSTPID_*`,
     /// `LIBVGPU_HOST_PROCFS`).
     pub identity: Identity,
+    /// `LIBVGPU_ATTACH=eager`: attach inside `cuInit` (see `init`).
+    pub attach_eager: bool,
     /// One line per malformed variable, with the fallback taken.
     pub problems: Vec<String>,
 }
 
 /// `lazy` (default) or `eager`.
 pub const ENV_IDENTITY_MODE: &str = "LIBVGPU_IDENTITY";
+/// `lazy` (default: attach at the first call that needs the region) or
+/// `eager` (inside `cuInit`, with its phases in the slot; for measurements).
+pub const ENV_ATTACH_MODE: &str = "LIBVGPU_ATTACH";
+
+/// `lazy`/`eager` (surrounding blanks ignored; empty is lazy): whether
+/// eager, `None` when neither.
+fn eager_mode(v: &str) -> Option<bool> {
+    match v.trim() {
+        "" | "lazy" => Some(false),
+        "eager" => Some(true),
+        _ => None,
+    }
+}
+
+/// Whether the environment asks `cuInit` to attach (`LIBVGPU_ATTACH=eager`,
+/// or `LIBVGPU_IDENTITY=eager`, which resolves into the slot there). One
+/// `getenv` per name, no configuration parse: this runs inside `cuInit`.
+/// A malformed value is lazy here and reported at attach.
+pub fn attach_eager_in_env() -> bool {
+    let eager = |v: &[u8]| std::str::from_utf8(v).ok().and_then(eager_mode) == Some(true);
+    crate::sys::env_matches(c"LIBVGPU_ATTACH", eager)
+        || crate::sys::env_matches(c"LIBVGPU_IDENTITY", eager)
+}
+
 /// Comma-separated tiers in the order to try them (a subset is fine):
 /// `same_namespace`, `broker`, `procfs`, `probe`.
 pub const ENV_IDENTITY_TIERS: &str = "LIBVGPU_IDENTITY_TIERS";
@@ -133,6 +159,7 @@ impl Config {
             priority: 0,
             util_policy: UtilPolicy::Default,
             identity: Identity::default(),
+            attach_eager: false,
             problems: Vec::new(),
         };
         for (k, v) in vars {
@@ -229,10 +256,15 @@ impl Config {
                     "disable" => self.util_policy = UtilPolicy::Disable,
                     _ => self.bad(k, v, "expected default, force or disable", "using default"),
                 },
-                ENV_IDENTITY_MODE => match v.trim() {
-                    "" | "lazy" => self.identity.eager = false,
-                    "eager" => self.identity.eager = true,
-                    _ => self
+                ENV_IDENTITY_MODE => match eager_mode(v) {
+                    Some(e) => self.identity.eager = e,
+                    None => self
+                        .problems
+                        .push(format!("{k}={v:?} is not lazy or eager; using lazy")),
+                },
+                ENV_ATTACH_MODE => match eager_mode(v) {
+                    Some(e) => self.attach_eager = e,
+                    None => self
                         .problems
                         .push(format!("{k}={v:?} is not lazy or eager; using lazy")),
                 },
@@ -402,6 +434,15 @@ mod tests {
         assert_eq!(parse_log_level("5"), None);
         assert_eq!(parse_log_level("debug"), None);
         assert_eq!(parse_log_level("-1"), None);
+    }
+
+    #[test]
+    fn attach_mode_lazy_by_default_eager_on_request_bad_values_said() {
+        assert!(!cfg(&[]).attach_eager);
+        assert!(cfg(&[(ENV_ATTACH_MODE, " eager ")]).attach_eager);
+        let c = cfg(&[(ENV_ATTACH_MODE, "now")]);
+        assert!(!c.attach_eager, "a bad value keeps the default");
+        assert!(c.problems[0].contains("\"now\""), "{:?}", c.problems);
     }
 
     #[test]

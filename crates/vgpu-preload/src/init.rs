@@ -1,11 +1,23 @@
 //! The `cuInit` hook's work, per process image once, in phases each
-//! timestamped into the slot: attach (map the region, claim a slot), the
-//! real `cuInit`, the driver's device count, identity's post-init step.
+//! timestamped: attach (map the region, claim a slot), the real `cuInit`,
+//! the driver's device count, identity's post-init step.
+//!
+//! By default `cuInit` does not attach: it calls the real `cuInit` and
+//! keeps its phase stamps in process memory; the process attaches at its
+//! first call that needs the region (a context, an allocation, a memory
+//! view, a limited launch: `attach::proc`), which binds the ordinals and
+//! writes those stamps into its slot. A burst of processes starting at once
+//! then pays in `cuInit` what the driver costs (issue 19), and a process
+//! that never touches device memory never claims a slot. Every charge
+//! still goes through `proc`, so a limited process is held from its first
+//! allocation and fails closed exactly as before. `LIBVGPU_ATTACH=eager`
+//! (and `LIBVGPU_IDENTITY=eager`, which needs the slot there) attaches
+//! inside `cuInit` as before, for measurements of the phases.
 //!
 //! Must never wait on another process: mapping the region and claiming a
 //! slot are local file operations and one CAS; identity is not on this
 //! path unless `LIBVGPU_IDENTITY=eager` asks for it.
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use vgpu_cuda_abi::CUresult;
 
@@ -18,15 +30,82 @@ use crate::process;
 /// The generation + 1 whose `cuInit` phases have run (0: none yet).
 static INIT_GEN: AtomicU32 = AtomicU32::new(0);
 
+/// The lazy path's stamps (wrapper enter, real enter, real exit, wrapper
+/// exit) of generation `STAMPS_GEN - 1`, and whether its real `cuInit`
+/// succeeded; written into the slot when the process attaches.
+static STAMPS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static STAMPS_GEN: AtomicU32 = AtomicU32::new(0);
+static INIT_OK: AtomicBool = AtomicBool::new(false);
+
 /// The `cuInit` hook, around the real call `real`.
 pub fn cu_init(real: impl Fn(std::ffi::c_uint) -> CUresult, flags: std::ffi::c_uint) -> CUresult {
     let gen = process::generation().wrapping_add(1);
     if INIT_GEN.load(Ordering::Acquire) == gen {
         return real(flags);
     }
-    let r = init_with(&REAL_CUDA, &MONOTONIC, attach::attach, real, flags);
+    // Attached already (a policy hook came first) or asked to: the phases
+    // as they always ran, attach included.
+    let r = if attach::attached().is_some() || crate::config::attach_eager_in_env() {
+        init_with(&REAL_CUDA, &MONOTONIC, attach::attach, real, flags)
+    } else {
+        lazy(&MONOTONIC, real, flags, gen)
+    };
     INIT_GEN.store(gen, Ordering::Release);
     r
+}
+
+/// The first `cuInit` of an image that does not attach: the real call,
+/// stamped into process memory (clock reads only).
+fn lazy(
+    clock: &dyn Clock,
+    real: impl Fn(std::ffi::c_uint) -> CUresult,
+    flags: std::ffi::c_uint,
+    gen: u32,
+) -> CUresult {
+    let enter = clock.now_ns();
+    let real_enter = clock.now_ns();
+    let r = real(flags);
+    let real_exit = clock.now_ns();
+    INIT_OK.store(r.is_success(), Ordering::Relaxed);
+    for (s, t) in STAMPS
+        .iter()
+        .zip([enter, real_enter, real_exit, clock.now_ns()])
+    {
+        s.store(t, Ordering::Relaxed);
+    }
+    attach::on_late_attach(after_late_attach);
+    STAMPS_GEN.store(gen, Ordering::Release);
+    r
+}
+
+/// Called once a process attached outside `cuInit` (`attach::attach`):
+/// when this image's `cuInit` already ran without attaching, what it
+/// skipped happens now: the driver's device count, the ordinals bound by
+/// UUID, identity's post-init step, and its phase stamps into the slot.
+/// `RegionMapped`/`SlotClaimed` stay zero there: the region was not on the
+/// `cuInit` path (the slot's claim time is recorded with the slot).
+pub fn after_late_attach(p: &Proc, drv: &dyn CudaDriver) {
+    let gen = process::generation().wrapping_add(1);
+    if STAMPS_GEN.load(Ordering::Acquire) != gen {
+        return;
+    }
+    if INIT_OK.load(Ordering::Relaxed) {
+        if let Ok(n) = drv.device_count() {
+            p.ndev.store(n, Ordering::Relaxed);
+            p.bind_devices(drv);
+        }
+    }
+    crate::identity::post_init(p);
+    if let Some(l) = p.ledger.as_ref() {
+        let [enter, real_enter, real_exit, exit] =
+            STAMPS.each_ref().map(|s| s.load(Ordering::Relaxed));
+        l.set_phase(RegionPhase::LoaderReady, driver::table::first_load_ns());
+        l.set_phase(RegionPhase::WrapperEnter, enter);
+        l.set_phase(RegionPhase::RealInitEnter, real_enter);
+        l.set_phase(RegionPhase::RealInitExit, real_exit);
+        l.set_phase(RegionPhase::PostInitExit, exit);
+        l.set_phase(RegionPhase::WrapperExit, exit);
+    }
 }
 
 /// The phases of the first `cuInit` of an image over `drv` (what the
@@ -207,6 +286,48 @@ mod tests {
         assert!(
             lines.iter().any(|l| l.contains("no limit is configured")),
             "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn a_lazy_cuinit_leaves_the_region_alone_and_its_stamps_to_the_attach() {
+        let dir = tempfile::tempdir().unwrap();
+        // The region lists ordinal 1 first: binding must happen at attach.
+        let cuda = FakeCuda::new(2, 80 * G);
+        region(dir.path(), &[uuid(&cuda, 1), uuid(&cuda, 0)]);
+        let cfg = config(dir.path(), &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+        let clock = FakeClock::new(7_000 * MS);
+        let gen = process::generation().wrapping_add(1);
+        let real = |f| {
+            clock.advance(2 * MS);
+            cuda.init(f)
+        };
+        let r = vgpu_region::Region::open(&dir.path().join("r.cache")).unwrap();
+        let live = r.live_slots();
+        assert_eq!(lazy(&clock, real, 0, gen), CUresult::CUDA_SUCCESS);
+        assert_eq!(r.live_slots(), live, "cuInit claimed no slot");
+        assert_eq!(cuda.count("cuDeviceGetCount"), 0, "nor asked for devices");
+
+        // The first call that needs the region attaches, then the step
+        // the lazy cuInit left: ordinals bound, its stamps in the slot.
+        let src: &'static LimitsSource = Box::leak(Box::new(LimitsSource::new()));
+        let p = build_with(cfg, src, true, &cuda).unwrap();
+        assert_eq!(r.live_slots(), live + 1, "the attach claimed one");
+        after_late_attach(&p, &cuda);
+        let l = p.ledger.as_ref().unwrap();
+        assert!(l.is_bound());
+        assert_eq!((l.index(0), l.index(1)), (Some(1), Some(0)));
+        assert_eq!(p.ndev.load(Ordering::Relaxed), 2);
+        assert_eq!(p.mem_limit(1), Some(G));
+        let slot = l.region().slot(l.slot());
+        let enter = slot.phase(RegionPhase::RealInitEnter);
+        assert_eq!(enter, 7_000 * MS, "the stamps of the cuInit itself");
+        assert_eq!(slot.phase(RegionPhase::RealInitExit) - enter, 2 * MS);
+        assert_eq!(slot.phase(RegionPhase::WrapperExit), 7_002 * MS);
+        assert_eq!(
+            slot.phase(RegionPhase::RegionMapped),
+            0,
+            "the region was not on the cuInit path"
         );
     }
 

@@ -1,5 +1,5 @@
 //! Thin FFI wrappers over libc: the loader (`dlopen`, the real `dlsym`,
-//! `dladdr`), stderr, the raw environment, futexes, fork/exit handler
+//! `dl_iterate_phdr`), stderr, the raw environment, futexes, fork/exit handler
 //! registration, and reading/writing C out-pointers. The bottom layer:
 //! imports nothing of this crate. Each unsafe block says why it holds.
 //!
@@ -82,6 +82,20 @@ pub fn dlopen_now(name: &CStr) -> Result<*mut c_void, String> {
     }
 }
 
+/// Whether the library `name` is already loaded in this process (never
+/// loads it: `RTLD_NOLOAD`, and the reference taken is given back).
+pub fn is_loaded(name: &CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated; RTLD_NOLOAD only looks.
+    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: `h` is the handle just returned; closing it drops only the
+    // reference this call took.
+    unsafe { libc::dlclose(h) };
+    true
+}
+
 fn dlerror_text() -> String {
     // SAFETY: dlerror returns null or a NUL-terminated thread-local string.
     let e = unsafe { libc::dlerror() };
@@ -134,6 +148,18 @@ pub fn env_var(name: &str) -> Option<Vec<u8>> {
         .into_iter()
         .find(|(k, _)| k == name.as_bytes())
         .map(|(_, v)| v)
+}
+
+/// Whether environment variable `name` is set to a value `pred` accepts,
+/// through getenv(3) (glibc's scan compares two bytes at a time; no copy
+/// of the environment): for the few checks inside `cuInit`.
+pub fn env_matches(name: &CStr, pred: impl Fn(&[u8]) -> bool) -> bool {
+    // SAFETY: `name` is NUL-terminated; getenv returns null or a pointer
+    // into the environment, valid under getenv's own contract (no thread
+    // modifying the environment meanwhile), read here before returning.
+    let v = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: non-null: a NUL-terminated value in the environment.
+    !v.is_null() && pred(unsafe { CStr::from_ptr(v) }.to_bytes())
 }
 
 /// Registers `f` to run at normal process exit.
@@ -266,35 +292,118 @@ pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
     };
 }
 
-/// The base address of the loaded object that contains address `addr`
-/// (0: none).
-pub fn object_base(addr: usize) -> usize {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr only compares `addr` with the loaded objects' ranges
-    // (never dereferences it) and fills `info`.
-    let ok = unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) };
-    if ok == 0 {
-        return 0;
-    }
-    // SAFETY: dladdr succeeded, so it filled `info`.
-    unsafe { info.assume_init() }.dli_fbase as usize
+/// The loadable segments (`[start, end)`, at most 8) of one loaded object.
+#[derive(Clone, Copy, Default)]
+struct Segments {
+    n: usize,
+    r: [(usize, usize); 8],
 }
 
-/// The base of a front object that loaded this library (0: none), set
-/// once when it binds.
-static FRONT_BASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+impl Segments {
+    fn contains(&self, a: usize) -> bool {
+        self.r[..self.n].iter().any(|&(s, e)| s <= a && a < e)
+    }
+}
 
-pub fn set_front_base(base: usize) {
-    FRONT_BASE.store(base, Ordering::Release);
+/// The segments of the loaded object that contains `addr` (empty: none),
+/// from the loader's program headers: one walk of the loaded objects,
+/// where `dladdr` searched symbol tables (~5,000 instructions a call, two
+/// calls per driver entry point resolved, `cuInit`'s own included).
+fn segments_of(addr: usize) -> Segments {
+    struct Find {
+        addr: usize,
+        out: Segments,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid `info` for the duration of
+        // this call and our `data`, the `Find` it was given below.
+        let (info, find) = unsafe { (&*info, &mut *data.cast::<Find>()) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: the loader's program headers of this object: `dlpi_phnum`
+        // entries at `dlpi_phdr`, mapped while the object is loaded.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
+        let mut seg = Segments::default();
+        for ph in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
+            if seg.n == seg.r.len() {
+                break;
+            }
+            let start = (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize);
+            seg.r[seg.n] = (start, start.wrapping_add(ph.p_memsz as usize));
+            seg.n += 1;
+        }
+        if seg.contains(find.addr) {
+            find.out = seg;
+            1
+        } else {
+            0
+        }
+    }
+    let mut find = Find {
+        addr,
+        out: Segments::default(),
+    };
+    // SAFETY: `each` only reads what the loader hands it and writes `find`,
+    // which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut find as *mut Find).cast()) };
+    find.out
+}
+
+/// This library's segments, found at first need.
+static OWN: std::sync::OnceLock<Segments> = std::sync::OnceLock::new();
+/// The segments of a front object that loaded this library (unset: none),
+/// set once when it binds.
+static FRONT: std::sync::OnceLock<Segments> = std::sync::OnceLock::new();
+
+/// Records the front object that loaded this library, by the address of
+/// one of its exports.
+pub fn set_front(export: usize) {
+    let _ = FRONT.set(segments_of(export));
 }
 
 /// Whether `p` is code of this library (or of the front that loaded it):
 /// a "driver" symbol that resolves here would forward into itself.
 pub fn is_own_code(p: *const c_void) -> bool {
-    let base = object_base(p as usize);
-    if base == 0 {
-        return false;
+    let a = p as usize;
+    OWN.get_or_init(|| segments_of(is_own_code as *const () as usize))
+        .contains(a)
+        || FRONT.get().is_some_and(|f| f.contains(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_code_is_this_object_and_nothing_else() {
+        let own = own_code_is_this_object_and_nothing_else as *const c_void;
+        assert!(is_own_code(own));
+        assert!(
+            is_own_code(std::ptr::addr_of!(FRONT).cast()),
+            "its data too"
+        );
+        let getpid = libc::getpid as *const c_void;
+        assert!(!is_own_code(getpid), "libc's code is not ours");
+        assert!(!is_own_code(std::ptr::null()));
+        let heap = Box::new(0u64);
+        assert!(!is_own_code((&*heap as *const u64).cast()));
+        // The object found by an address is the one that holds it.
+        let libc_segs = segments_of(getpid as usize);
+        assert!(libc_segs.n > 0 && libc_segs.contains(getpid as usize));
+        assert!(!libc_segs.contains(own as usize));
+        assert_eq!(segments_of(0).n, 0, "no object at 0");
     }
-    let front = FRONT_BASE.load(Ordering::Acquire);
-    base == object_base(is_own_code as *const () as usize) || (front != 0 && base == front)
+
+    #[test]
+    fn is_loaded_looks_and_never_loads() {
+        assert!(is_loaded(c"libc.so.6"));
+        let absent = c"libvgpu-test-never-there.so";
+        assert!(!is_loaded(absent));
+        assert!(!is_loaded(absent), "the look loaded nothing");
+    }
 }

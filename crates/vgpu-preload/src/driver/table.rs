@@ -160,6 +160,17 @@ fn resolve_slow(f: Fn) -> *mut c_void {
     lookup(f)
 }
 
+/// Resolves `f` now when its library is already in the process (never
+/// loads it). The front binds at the process's first lookup of a driver
+/// name, before its first call: resolving `cuInit` there keeps the load
+/// reference and the lookup (and the log level's first read) out of
+/// `cuInit` itself, where a burst of starting processes queues on them.
+pub fn warm(f: Fn) {
+    if peek(f).is_null() && sys::is_loaded(f.lib().soname()) {
+        let _ = address(f);
+    }
+}
+
 /// The slot's current value without loading or resolving anything.
 #[inline]
 pub fn peek(f: Fn) -> *mut c_void {
@@ -213,4 +224,21 @@ pub fn is_driver_address(p: *mut c_void) -> bool {
 #[cfg(test)]
 pub fn set_for_test(f: Fn, p: *mut c_void) {
     SLOTS[f as usize].store(p, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_resolves_only_what_is_already_loaded() {
+        // This test binary does not have the driver loaded (unless another
+        // test loaded it: then it stays loaded); warming never loads it.
+        let before = sys::is_loaded(Lib::Cuda.soname());
+        warm(Fn::cuInit);
+        assert_eq!(sys::is_loaded(Lib::Cuda.soname()), before);
+        if !before {
+            assert!(peek(Fn::cuInit).is_null(), "nothing to resolve from");
+        }
+    }
 }

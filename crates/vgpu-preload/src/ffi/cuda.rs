@@ -100,7 +100,7 @@ TABLE;
     }
 
     /// Initialization in phases (see `init::cu_init`).
-    [base: "cuInit", since: 2000, ptds: false, family: "init", policy: "map region, claim slot, real cuInit, post-init; phase stamps into the slot"]
+    [base: "cuInit", since: 2000, ptds: false, family: "init", policy: "real cuInit, its phase stamps kept until the process attaches (the first call that needs the region); LIBVGPU_ATTACH=eager: map region, claim slot, real cuInit, post-init inside it"]
     fn cuInit(Flags: c_uint) -> CUresult |real| {
         // SAFETY: forwarding the caller's cuInit.
         init::cu_init(|f| unsafe { real(f) }, Flags)

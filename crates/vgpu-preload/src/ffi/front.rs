@@ -97,9 +97,10 @@ pub unsafe extern "C" fn vgpu_core_bind(
             }
         }
         if let Some(&first) = exports.first() {
-            crate::sys::set_front_base(crate::sys::object_base(first as usize));
+            crate::sys::set_front(first as usize);
         }
         let _ = FRONT.set(front);
+        crate::driver::table::warm(crate::driver::api::Fn::cuInit);
         Box::leak(impls.into_boxed_slice()).as_ptr()
     };
     std::panic::catch_unwind(run).unwrap_or(std::ptr::null())

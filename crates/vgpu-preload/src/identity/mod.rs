@@ -160,7 +160,10 @@ pub fn before_context(dev: i32) {
 
 #[cold]
 fn before_first_context(dev: i32) {
-    if let Some(p) = crate::attach::attached() {
+    // Attaching here (`cuInit` normally does not): the hook attaches right
+    // after anyway, and the identity of a limited process resolves before
+    // its first context, while the probe still works.
+    if let Some(p) = crate::attach::proc() {
         if p.sm_limited && state() == NOT_STARTED {
             resolve(p, Trigger::FirstContext(dev.max(0) as u32), NOT_STARTED);
         }

@@ -157,8 +157,8 @@ impl NvmlView<'_> {
 /// (nvidia-smi, a monitor) reads the region without claiming a slot, with
 /// the limits from the limits source (the file, else the environment
 /// lowered by the region's copy: never the region alone); before the
-/// region exists (it is created at the first cuInit) those limits apply
-/// with nothing in use.
+/// region exists (its first CUDA process creates it when it attaches)
+/// those limits apply with nothing in use.
 pub fn budget(ord: u32, uuid: &str) -> (Option<u64>, u64) {
     if let Some(p) = attach::attached() {
         return (p.mem_limit(ord), p.used(ord));

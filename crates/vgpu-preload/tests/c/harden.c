@@ -187,7 +187,10 @@ static void *racer(void *arg) {
     cuInit(0);
     cuDeviceGetCount(&n);
     cuDeviceGet(&d, 0);
+    /* The first call that needs the region (cuInit attaches only under
+     * LIBVGPU_ATTACH=eager): a view, no context needed. */
     size_t f, t;
+    cuDeviceTotalMem_v2(&t, d);
     cuMemGetInfo_v2(&f, &t);
     return NULL;
 }

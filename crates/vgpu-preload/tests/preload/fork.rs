@@ -85,6 +85,9 @@ fn the_owned_thread_starts_on_first_need_restarts_in_a_forked_child_and_stops_at
         &[
             ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
             ("LIBVGPU_FAILPOINT_OWNED_THREAD", beats.to_str().unwrap()),
+            // The parent only calls cuInit: attach there (by default the
+            // first call that needs the region attaches).
+            ("LIBVGPU_ATTACH", "eager"),
         ],
     );
     // A process that loads the library but never calls CUDA: no thread.

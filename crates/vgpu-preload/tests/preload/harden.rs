@@ -603,7 +603,8 @@ fn a_context_teardown_releases_what_the_driver_freed_with_it() {
 
 /// One process, one slot, always: 32 threads make their first CUDA call at
 /// once, in a fresh process each round (both when the region exists and
-/// when the race also creates it).
+/// when the race also creates it; attaching inside cuInit or, by default,
+/// at the first view).
 #[test]
 fn thirty_two_threads_racing_the_first_call_claim_one_slot() {
     let s = sim(1);
@@ -614,12 +615,18 @@ fn thirty_two_threads_racing_the_first_call_claim_one_slot() {
             // Even rounds: the racing threads also create the region.
             let _ = std::fs::remove_file(&cache);
         }
+        let attach = if (round / 2) % 2 == 1 {
+            "eager"
+        } else {
+            "lazy"
+        };
         let e = env(
             &s,
             Some(&cache),
             &[
                 ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
                 ("LIBVGPU_CONTEXT_MEMORY", "0"),
+                ("LIBVGPU_ATTACH", attach),
             ],
         );
         let mut c = Client::start(&e);
@@ -629,7 +636,7 @@ fn thirty_two_threads_racing_the_first_call_claim_one_slot() {
         let mine = r.snapshot().slots.iter().filter(|sl| sl.pid == pid).count();
         if mine != 1 {
             let err = c.quit();
-            panic!("round {round}: {mine} slots\n{err}");
+            panic!("round {round} ({attach}): {mine} slots\n{err}");
         }
         assert_eq!(c.rc("init"), OK);
         assert_eq!(c.rc(&format!("alloc {GIB}")), OK, "round {round}");

@@ -247,62 +247,80 @@ fn every_cudart_request_resolves_to_the_drivers_abi() {
 
 #[test]
 fn cuinit_phases_land_in_the_slot_in_order() {
-    let s = sim(1);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("r.cache");
-    let r = region_at(&cache, &[GIB]);
-    let mut child = command(
-        &tenant(),
-        &["run", "--target", "64m", "--hold"],
-        &env(&s, Some(&cache), &[]),
-    )
-    .stdin(std::process::Stdio::piped())
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    use std::io::BufRead;
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.ends_with("holding=1")));
-    let snap = r.snapshot();
-    let slot = snap
-        .slots
-        .iter()
-        .find(|s| s.state == "live")
-        .expect("tenant's slot");
-    let order = [
-        "LoaderReady",
-        "WrapperEnter",
-        "RegionMapped",
-        "SlotClaimed",
-        "RealInitEnter",
-        "RealInitExit",
-        "PostInitExit",
-        "WrapperExit",
-    ];
-    let get = |n: &str| {
-        slot.phases
+    // Eager: attached inside cuInit, every phase in order. Lazy (the
+    // default): cuInit does not touch the region; the tenant attaches at
+    // its first allocation, which writes cuInit's stamps into the slot.
+    for eager in [true, false] {
+        let s = sim(1);
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("r.cache");
+        let r = region_at(&cache, &[GIB]);
+        let mode = [("LIBVGPU_ATTACH", if eager { "eager" } else { "lazy" })];
+        let mut child = command(
+            &tenant(),
+            &["run", "--target", "64m", "--hold"],
+            &env(&s, Some(&cache), &mode),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert!(lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.ends_with("holding=1")));
+        let snap = r.snapshot();
+        let slot = snap
+            .slots
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(n) || k.replace('_', "").eq_ignore_ascii_case(n))
-            .map(|p| p.1)
-    };
-    let mut prev = 0;
-    for n in order {
-        let t = get(n).unwrap_or_else(|| panic!("phase {n} missing in {:?}", slot.phases));
-        assert!(t > 0, "phase {n} recorded: {:?}", slot.phases);
-        assert!(
-            t >= prev,
-            "phase {n} after the previous one: {:?}",
+            .find(|s| s.state == "live")
+            .expect("tenant's slot");
+        let region_phases = ["RegionMapped", "SlotClaimed"];
+        let order = [
+            "LoaderReady",
+            "WrapperEnter",
+            "RegionMapped",
+            "SlotClaimed",
+            "RealInitEnter",
+            "RealInitExit",
+            "PostInitExit",
+            "WrapperExit",
+        ];
+        let get = |n: &str| {
             slot.phases
-        );
-        prev = t;
+                .iter()
+                .find(|(k, _)| {
+                    k.eq_ignore_ascii_case(n) || k.replace('_', "").eq_ignore_ascii_case(n)
+                })
+                .map(|p| p.1)
+        };
+        let mut prev = 0;
+        for n in order {
+            if !eager && region_phases.contains(&n) {
+                let t = get(n).unwrap_or(0);
+                assert_eq!(t, 0, "lazy: {n} not on the cuInit path: {:?}", slot.phases);
+                continue;
+            }
+            let t = get(n).unwrap_or_else(|| panic!("phase {n} missing in {:?}", slot.phases));
+            assert!(
+                t > 0,
+                "eager={eager}: phase {n} recorded: {:?}",
+                slot.phases
+            );
+            assert!(
+                t >= prev,
+                "eager={eager}: phase {n} after the previous one: {:?}",
+                slot.phases
+            );
+            prev = t;
+        }
+        // Identity is not on the cuInit path: its phases stay zero.
+        assert_eq!(get("IdentityEnter").unwrap_or(0), 0, "{:?}", slot.phases);
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success());
     }
-    // Identity is not on the cuInit path: its phases stay zero.
-    assert_eq!(get("IdentityEnter").unwrap_or(0), 0, "{:?}", slot.phases);
-    drop(child.stdin.take());
-    assert!(child.wait().unwrap().success());
 }
 
 #[test]
