@@ -17,7 +17,7 @@ use vgpu_region::pacing::{Bucket, SlotPacing};
 
 use crate::estimate::{Estimates, Kind};
 use crate::law::{self, Decision, Params};
-use crate::meter::{Launched, Markers, Measured, Meter, MeterStats};
+use crate::meter::{Markers, Measured, Meter, MeterStats};
 use crate::policy::Target;
 
 /// The launch gate's answer.
@@ -54,6 +54,10 @@ pub struct Ticket {
     pub kind: Kind,
     /// No estimate existed (a probe: measured before the next launch).
     pub probe: bool,
+    /// The burst it was counted into at the gate (when metered).
+    pub burst: u64,
+    /// That burst closes after the call (`launched` takes the lock).
+    pub close_after: bool,
 }
 
 /// The shared cells one launch touches: the container's bucket for the
@@ -156,6 +160,8 @@ impl<M: Copy> Pacer<M> {
                     stream,
                     kind,
                     probe: false,
+                    burst: 0,
+                    close_after: false,
                 }),
                 Decision::Wait { until_ns } => {
                     bucket.count_wait();
@@ -187,13 +193,24 @@ impl<M: Copy> Pacer<M> {
         let charge = est.unwrap_or(p.initial_estimate_ns);
         match law::gate(bucket, now_ns, t.share_ppm, charge, p) {
             Decision::Go { charge_ns } => {
-                let metered = g.meter.before_launch(k, now_ns, stream, kind, p);
+                // Counted into its burst now, under the lock this gate
+                // holds anyway: a launch that goes through then takes no
+                // lock after its call (two read-modify-writes fewer).
+                let counted = if g.meter.before_launch(k, now_ns, stream, kind, p) {
+                    g.meter
+                        .count_at_gate(now_ns, stream, charge_ns, est.is_some(), p)
+                } else {
+                    None
+                };
+                let (burst, close_after) = counted.unwrap_or((0, false));
                 Admit::Go(Ticket {
                     charge_ns,
-                    metered,
+                    metered: counted.is_some(),
                     stream,
                     kind,
                     probe: est.is_none(),
+                    burst,
+                    close_after,
                 })
             }
             Decision::Wait { until_ns } => {
@@ -209,7 +226,10 @@ impl<M: Copy> Pacer<M> {
     }
 
     /// After the real launch returned (`ok`: the driver queued it):
-    /// counts it, refunds a launch that failed, and may close its burst.
+    /// counts it, refunds a launch that failed (and takes it out of its
+    /// burst), and closes its burst when the gate said so. A metered
+    /// launch was counted into its burst at the gate: one that went
+    /// through and leaves its burst open takes no lock here.
     pub fn launched<K: Markers<Mark = M>>(
         &self,
         k: &K,
@@ -228,15 +248,10 @@ impl<M: Copy> Pacer<M> {
         } else {
             cells.slot.add_launches(cells.dev, 1, waited_ns);
         }
-        if ticket.metered {
-            let mut g = self.lock();
-            let done = Launched {
-                stream: ticket.stream,
-                charged_ns: ticket.charge_ns,
-                ok,
-                estimated: !ticket.probe,
-            };
-            g.meter.after_launch(k, now_ns, done, p);
+        if ticket.metered && (!ok || ticket.close_after) {
+            self.lock()
+                .meter
+                .settle(k, now_ns, ticket.stream, ticket.burst, ticket.charge_ns, ok);
         }
     }
 
