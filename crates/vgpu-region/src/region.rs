@@ -1120,7 +1120,9 @@ impl Region {
     /// process's bytes but may run often (memory views): the pass costs a
     /// signal-0 probe and a procfs read per claimed slot of our namespace.
     pub fn reclaim_dead_at_most_every(&self, every: Duration) -> usize {
-        let now = monotonic_ns();
+        // The tick-resolution clock: this runs on every memory view
+        // (`cuMemGetInfo`), where a full clock read was its largest cost.
+        let now = crate::clock::coarse_monotonic_ns();
         let last = self.last_oom_reclaim.load(Relaxed);
         let every = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX);
         if last != 0 && now.saturating_sub(last) < every {
