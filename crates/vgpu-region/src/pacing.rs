@@ -306,7 +306,9 @@ impl<'a> SlotPacing<'a> {
     /// Counts launches through the gate and time waited there.
     pub fn add_launches(&self, dev: u32, launches: u64, waited_ns: u64) {
         if let Some(d) = self.dev(dev) {
-            d.launches.fetch_add(launches, Relaxed);
+            if launches > 0 {
+                d.launches.fetch_add(launches, Relaxed);
+            }
             if waited_ns > 0 {
                 d.waited_ns.fetch_add(waited_ns, Relaxed);
             }
