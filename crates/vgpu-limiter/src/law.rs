@@ -135,7 +135,10 @@ pub fn gate(
     estimate_ns: u64,
     p: &Params,
 ) -> Decision {
-    let rate = rate_ppm(share_ppm, bucket.correction_ppm()).min(bucket.rate_cap_ppm());
+    // The rate (a division) only when a refill or a wait needs it: most
+    // launches take from a bucket that was refilled less than
+    // `refill_every` ago.
+    let rate = || rate_ppm(share_ppm, bucket.correction_ppm()).min(bucket.rate_cap_ppm());
     let b = bounds(share_ppm, p);
     let mut credit = bucket.credit();
     let last = bucket
@@ -143,7 +146,7 @@ pub fn gate(
         .refill_at_ns
         .load(std::sync::atomic::Ordering::Relaxed);
     if credit <= 0 || last == 0 || now_ns.saturating_sub(last) >= p.refill_every_ns {
-        credit = bucket.refill(now_ns, rate, b);
+        credit = bucket.refill(now_ns, rate(), b);
     }
     let ahead = (p.lookahead_ns as i64).min(-b.floor_ns / 2).max(0);
     if credit > -ahead {
@@ -155,7 +158,12 @@ pub fn gate(
     // Dry: wait for a batch, not for the first nanosecond of credit.
     let batch = (p.batch_ns.min(b.cap_ns as u64)) as i64;
     Decision::Wait {
-        until_ns: now_ns + wait_for(credit.saturating_add(ahead).saturating_sub(batch), rate, p),
+        until_ns: now_ns
+            + wait_for(
+                credit.saturating_add(ahead).saturating_sub(batch),
+                rate(),
+                p,
+            ),
     }
 }
 

@@ -49,6 +49,8 @@ pub trait Markers {
 
 #[derive(Clone, Copy, Debug)]
 struct Open<M> {
+    /// Tells this burst from a later one on the same stream.
+    id: u64,
     stream: u64,
     start: M,
     kind: Kind,
@@ -110,6 +112,8 @@ pub struct MeterStats {
 #[derive(Debug)]
 pub struct Meter<M: Copy> {
     open: [Option<Open<M>>; OPEN],
+    /// The next burst's id.
+    next_id: u64,
     pending: [Option<Closed<M>>; PENDING],
     head: usize,
     len: usize,
@@ -120,6 +124,7 @@ impl<M: Copy> Default for Meter<M> {
     fn default() -> Self {
         Meter {
             open: [None; OPEN],
+            next_id: 0,
             pending: [None; PENDING],
             head: 0,
             len: 0,
@@ -222,7 +227,9 @@ impl<M: Copy> Meter<M> {
             self.stats.failures += 1;
             return false;
         };
+        self.next_id = self.next_id.wrapping_add(1);
         self.open[i] = Some(Open {
+            id: self.next_id,
             stream,
             start,
             kind,
@@ -276,6 +283,74 @@ impl<M: Copy> Meter<M> {
                 // Pending is full: close at the next chance.
                 o.close_now = true;
             }
+        }
+    }
+
+    /// Right after `before_launch` said true, still before the launch
+    /// call: counts the launch into its stream's burst as if it went
+    /// through (what `after_launch` does once it returned), so a launch
+    /// that does go through needs nothing after its call unless its burst
+    /// must close then. Returns the burst's id and whether it must close
+    /// after the call (old enough, full, a graph, a probe); `None` when no
+    /// burst is open for `stream`. Then [`settle`](Self::settle) a launch
+    /// that failed or must close its burst.
+    pub fn count_at_gate(
+        &mut self,
+        now_ns: u64,
+        stream: u64,
+        charged_ns: u64,
+        estimated: bool,
+        p: &Params,
+    ) -> Option<(u64, bool)> {
+        let i = self.find(stream)?;
+        let o = self.open[i].as_mut()?;
+        o.launches += 1;
+        o.charged_ns = o.charged_ns.saturating_add(charged_ns);
+        o.last_ns = now_ns;
+        let close = o.launches >= p.max_burst_launches
+            || now_ns.saturating_sub(o.opened_ns) >= p.marker_period_ns
+            || matches!(o.kind, Kind::Graph(_))
+            || !estimated;
+        Some((o.id, close))
+    }
+
+    /// After the call of a launch [`count_at_gate`](Self::count_at_gate)
+    /// counted into burst `id`: one that failed is taken back out (a
+    /// burst left empty is dropped, as `after_launch` drops one); one
+    /// whose burst must close closes it now (its end marker after the
+    /// launch). Nothing when that burst was closed meanwhile.
+    pub fn settle<K: Markers<Mark = M>>(
+        &mut self,
+        k: &K,
+        now_ns: u64,
+        stream: u64,
+        id: u64,
+        charged_ns: u64,
+        ok: bool,
+    ) {
+        let Some(i) = self
+            .find(stream)
+            .filter(|&i| self.open[i].is_some_and(|o| o.id == id))
+        else {
+            return;
+        };
+        let Some(o) = self.open[i].as_mut() else {
+            return;
+        };
+        if !ok {
+            o.launches = o.launches.saturating_sub(1);
+            o.charged_ns = o.charged_ns.saturating_sub(charged_ns);
+            if o.launches == 0 {
+                let start = o.start;
+                self.open[i] = None;
+                k.release(start);
+            }
+            return;
+        }
+        self.close(k, i, now_ns);
+        if let Some(o) = self.open[i].as_mut() {
+            // Pending is full: close at the next chance.
+            o.close_now = true;
         }
     }
 

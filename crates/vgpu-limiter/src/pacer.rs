@@ -17,7 +17,7 @@ use vgpu_region::pacing::{Bucket, SlotPacing};
 
 use crate::estimate::{Estimates, Kind};
 use crate::law::{self, Decision, Params};
-use crate::meter::{Launched, Markers, Measured, Meter, MeterStats};
+use crate::meter::{Markers, Measured, Meter, MeterStats};
 use crate::policy::Target;
 
 /// The launch gate's answer.
@@ -54,6 +54,10 @@ pub struct Ticket {
     pub kind: Kind,
     /// No estimate existed (a probe: measured before the next launch).
     pub probe: bool,
+    /// The burst it was counted into at the gate (when metered).
+    pub burst: u64,
+    /// That burst closes after the call (`launched` takes the lock).
+    pub close_after: bool,
 }
 
 /// The shared cells one launch touches: the container's bucket for the
@@ -73,6 +77,12 @@ struct Inner<M: Copy> {
     est: Estimates,
     /// When the launch path last read markers.
     polled_ns: u64,
+    /// Metered launches counted at the gate and not yet added to the
+    /// slot's launch counter (added with the next measurements read, at
+    /// most a control period later: one shared read-modify-write per read
+    /// instead of one per launch). Below zero when launches counted and
+    /// published failed afterwards.
+    unpublished: i64,
 }
 
 /// One process's limiter on one device.
@@ -95,6 +105,7 @@ impl<M: Copy> Pacer<M> {
                 meter: Meter::default(),
                 est: Estimates::default(),
                 polled_ns: 0,
+                unpublished: 0,
             }),
         }
     }
@@ -156,6 +167,8 @@ impl<M: Copy> Pacer<M> {
                     stream,
                     kind,
                     probe: false,
+                    burst: 0,
+                    close_after: false,
                 }),
                 Decision::Wait { until_ns } => {
                     bucket.count_wait();
@@ -187,13 +200,27 @@ impl<M: Copy> Pacer<M> {
         let charge = est.unwrap_or(p.initial_estimate_ns);
         match law::gate(bucket, now_ns, t.share_ppm, charge, p) {
             Decision::Go { charge_ns } => {
-                let metered = g.meter.before_launch(k, now_ns, stream, kind, p);
+                // Counted into its burst now, under the lock this gate
+                // holds anyway: a launch that goes through then takes no
+                // lock after its call (two read-modify-writes fewer).
+                let counted = if g.meter.before_launch(k, now_ns, stream, kind, p) {
+                    g.meter
+                        .count_at_gate(now_ns, stream, charge_ns, est.is_some(), p)
+                } else {
+                    None
+                };
+                if counted.is_some() {
+                    g.unpublished += 1;
+                }
+                let (burst, close_after) = counted.unwrap_or((0, false));
                 Admit::Go(Ticket {
                     charge_ns,
-                    metered,
+                    metered: counted.is_some(),
                     stream,
                     kind,
                     probe: est.is_none(),
+                    burst,
+                    close_after,
                 })
             }
             Decision::Wait { until_ns } => {
@@ -209,7 +236,10 @@ impl<M: Copy> Pacer<M> {
     }
 
     /// After the real launch returned (`ok`: the driver queued it):
-    /// counts it, refunds a launch that failed, and may close its burst.
+    /// counts it, refunds a launch that failed (and takes it out of its
+    /// burst), and closes its burst when the gate said so. A metered
+    /// launch was counted into its burst at the gate: one that went
+    /// through and leaves its burst open takes no lock here.
     pub fn launched<K: Markers<Mark = M>>(
         &self,
         k: &K,
@@ -226,17 +256,18 @@ impl<M: Copy> Pacer<M> {
                 law::bounds(self.target().share_ppm, p),
             );
         } else {
-            cells.slot.add_launches(cells.dev, 1, waited_ns);
+            // A metered launch was counted at the gate (published with the
+            // next measurements read).
+            let launches = u64::from(!ticket.metered);
+            cells.slot.add_launches(cells.dev, launches, waited_ns);
         }
-        if ticket.metered {
+        if ticket.metered && (!ok || ticket.close_after) {
             let mut g = self.lock();
-            let done = Launched {
-                stream: ticket.stream,
-                charged_ns: ticket.charge_ns,
-                ok,
-                estimated: !ticket.probe,
-            };
-            g.meter.after_launch(k, now_ns, done, p);
+            if !ok {
+                g.unpublished -= 1;
+            }
+            g.meter
+                .settle(k, now_ns, ticket.stream, ticket.burst, ticket.charge_ns, ok);
         }
     }
 
@@ -252,7 +283,8 @@ impl<M: Copy> Pacer<M> {
 
     /// Reads every measurement that is ready and applies it: the bucket
     /// gets `charged − measured` back (or pays the shortfall), the
-    /// estimates learn, the slot's counters grow. For the owned thread and
+    /// estimates learn, the slot's counters grow (the metered launches
+    /// counted since the last read too). For the owned thread and
     /// after a synchronize; `admit` does it too.
     pub fn poll<K: Markers<Mark = M>>(&self, k: &K, cells: &Cells<'_>) -> usize {
         let mut g = self.lock();
@@ -261,6 +293,10 @@ impl<M: Copy> Pacer<M> {
 
     fn drain<K: Markers<Mark = M>>(&self, g: &mut Inner<M>, k: &K, cells: &Cells<'_>) -> usize {
         let (bucket, slot, dev) = (&cells.bucket, &cells.slot, cells.dev);
+        if g.unpublished > 0 {
+            slot.add_launches(dev, g.unpublished as u64, 0);
+            g.unpublished = 0;
+        }
         let b = law::bounds(self.target().share_ppm, &self.params);
         let mut n = 0;
         while let Some(m) = g.meter.poll(k) {
@@ -375,6 +411,77 @@ mod tests {
         }
         assert!(go(Kind::Graph(7), &mut now), "the graph probe never went");
         assert!(go(Kind::Graph(7), &mut now));
+    }
+
+    #[test]
+    fn gate_counted_launches_reach_the_slot_once_and_failures_leave_their_burst() {
+        let pacer: Pacer<u64> = Pacer::new(Params::default());
+        let settings = Settings {
+            sm_limit: Some(50),
+            ..Settings::default()
+        };
+        let m = Measurement {
+            markers: true,
+            identity: true,
+        };
+        pacer.set_target(target(&settings, m));
+        let bucket = LocalBucket::new();
+        let slot = zeroed_slot_pacing();
+        let cells = Cells {
+            bucket: bucket.bucket(),
+            slot: SlotPacing::new(Some(&slot), 1),
+            dev: 0,
+        };
+        let k = Instant40 {
+            gpu_ns: AtomicU64::new(0),
+            released: AtomicU32::new(0),
+        };
+        let launches = || cells.slot.counters(0).1;
+        let now = 1_000_000_000u64;
+        // The first launch probes (measured alone): its burst closes after
+        // it, under the lock.
+        let Admit::Go(t) = pacer.admit(&k, &cells, now, 0, Kind::Kernel) else {
+            panic!("the first launch goes");
+        };
+        assert!(t.metered && t.probe && t.close_after);
+        k.gpu_ns.fetch_add(40_000, Relaxed);
+        pacer.launched(&k, &cells, t, true, 0, now);
+        pacer.poll(&k, &cells);
+        assert_eq!(launches(), 1);
+        assert!(pacer.kernel_estimate_ns() > 0, "the probe was measured");
+        // Estimated launches: counted into one open burst at the gate, none
+        // takes the lock after its call; the slot sees them at the next
+        // read of measurements.
+        let mut ok = 0;
+        let mut failed_bursts = Vec::new();
+        for i in 0..10u64 {
+            let Admit::Go(t) = pacer.admit(&k, &cells, now + 1_000 * (i + 1), 0, Kind::Kernel)
+            else {
+                panic!("launch {i} waits");
+            };
+            assert!(t.metered && !t.close_after, "launch {i}: {t:?}");
+            let went = i % 3 != 2;
+            if went {
+                k.gpu_ns.fetch_add(40_000, Relaxed);
+                ok += 1;
+            } else {
+                failed_bursts.push(t.burst);
+            }
+            pacer.launched(&k, &cells, t, went, 0, now + 1_000 * (i + 1));
+        }
+        assert_eq!(launches(), 1, "not published before a read");
+        pacer.before_sync(&k, now + 20_000);
+        pacer.poll(&k, &cells);
+        assert_eq!(launches(), 1 + ok, "each launch that went, once");
+        assert_eq!(pacer.stats().measured, 2, "the probe and one burst");
+        // The failed launches were refunded and left their burst's
+        // charge, so its measurement settled exactly what the 7 that went
+        // were charged: the bucket holds the 8 launches' GPU time.
+        assert_eq!(failed_bursts.len(), 3);
+        let charged = cells.bucket.raw().charged_ns.load(Relaxed);
+        assert_eq!(charged, 8 * 40_000);
+        pacer.poll(&k, &cells);
+        assert_eq!(launches(), 1 + ok, "nothing counted twice");
     }
 
     #[test]

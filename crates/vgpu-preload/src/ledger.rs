@@ -157,35 +157,67 @@ fn zeros(n: u32) -> Box<[Own]> {
 }
 
 /// What this process holds on one device, and how many of its threads are
-/// changing that (with the slot's total) right now: the two totals are
-/// compared only at a moment when none is, so a free racing the check is
-/// never taken for a tenant's write.
+/// releasing right now: the two totals are compared only at a moment when
+/// none is, so a free racing the check is never taken for a tenant's
+/// write. Only releases need marking: ours goes down before the slot's
+/// (so the slot's never reads below ours), and that is the one order that
+/// could look like a write-down. A reserve adds to the slot's total
+/// first and to ours after, so one racing the check only makes the slot's
+/// read higher (no restore); it moves the word, so a check that saw it
+/// land reads again at the next call.
+///
+/// One word: the bytes held in the low [`OWN_BYTES`] bits (saturating,
+/// 256 TiB) and the releases under way above them, so a release marks
+/// itself with two read-modify-writes (in with its bytes, then out) and a
+/// reserve with one, and a snapshot that reads the same word before and
+/// after the slot's total knows that nothing of this process moved in
+/// between (any completed change moves the word; a reserve and a release
+/// of the same size that both completed leave the slot's total where it
+/// was too).
 #[derive(Default)]
-struct Own {
-    bytes: AtomicU64,
-    begun: AtomicU64,
-    ended: AtomicU64,
-}
+struct Own(AtomicU64);
+
+/// One thread under way.
+const OWN_BUSY: u64 = 1 << 48;
+/// The bytes field.
+const OWN_BYTES: u64 = OWN_BUSY - 1;
 
 impl Own {
     /// `(mine, slot total)` read while no reserve or release of this
     /// process was under way on this device; `None` when one was.
     fn quiet_snapshot(&self, slot_total: impl Fn() -> u64) -> Option<(u64, u64)> {
-        let b = self.begun.load(Ordering::SeqCst);
-        if self.ended.load(Ordering::SeqCst) != b {
+        let w = self.0.load(Ordering::SeqCst);
+        if w & !OWN_BYTES != 0 {
             return None;
         }
-        let mine = self.bytes.load(Ordering::SeqCst);
         let total = slot_total();
-        (self.begun.load(Ordering::SeqCst) == b).then_some((mine, total))
+        (self.0.load(Ordering::SeqCst) == w).then_some((w, total))
     }
 
-    fn begin(&self) {
-        self.begun.fetch_add(1, Ordering::SeqCst);
+    /// `f` over (bytes, threads under way), one compare-exchange loop.
+    fn update(&self, f: impl Fn(u64, u64) -> (u64, u64)) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                let (b, n) = f(w & OWN_BYTES, w >> 48);
+                Some(b.min(OWN_BYTES) | (n << 48))
+            });
     }
 
+    /// A reserve of `bytes` succeeded (the slot's total already holds it).
+    fn reserved(&self, bytes: u64) {
+        self.update(|b, n| (b.saturating_add(bytes), n));
+    }
+
+    /// A release starts: `bytes` fewer held (ours first, then the slot's:
+    /// the slot's total never reads below what we record).
+    fn begin_release(&self, bytes: u64) {
+        self.update(|b, n| (b.saturating_sub(bytes), n.wrapping_add(1)));
+    }
+
+    /// The release that began is over.
     fn end(&self) {
-        self.ended.fetch_add(1, Ordering::SeqCst);
+        self.0.fetch_sub(OWN_BUSY, Ordering::SeqCst);
     }
 }
 
@@ -555,9 +587,9 @@ impl Ledger {
         // What this process holds is in its own memory: a slot total below
         // it was written down by someone else (a tenant zeroing the file's
         // counters), and admitting against it would widen the budget.
-        // The pair is read while none of this process's threads is moving
-        // either, and the total is put back only if it has not moved since:
-        // a concurrent free is never undone.
+        // The pair is read while none of this process's releases is under
+        // way (see `Own`), and the total is put back only if it has not
+        // moved since: a concurrent free is never undone.
         if let Some((mine, was)) = at
             .own
             .and_then(|o| o.quiet_snapshot(|| at.region.slot_total(at.slot, at.dev)))
@@ -571,17 +603,11 @@ impl Ledger {
                 );
             }
         }
-        if let Some(o) = at.own {
-            o.begin();
-        }
         let r = at
             .region
             .reserve_within(at.slot, at.dev, kind, bytes, limit);
-        if let Some(o) = at.own {
-            if r.is_ok() {
-                o.bytes.fetch_add(bytes, Ordering::AcqRel);
-            }
-            o.end();
+        if let (Some(o), true) = (at.own, r.is_ok()) {
+            o.reserved(bytes);
         }
         match r {
             Ok(()) => Ok(()),
@@ -630,12 +656,7 @@ impl Ledger {
         // Our own record first, then the shared one: the slot's total never
         // reads below what we record (the restore in `reserve` relies on it).
         if let Some(o) = at.own {
-            o.begin();
-            let _ = o
-                .bytes
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                    Some(v.saturating_sub(bytes))
-                });
+            o.begin_release(bytes);
         }
         let r = at.region.release(at.slot, at.dev, kind, bytes);
         if let Some(o) = at.own {

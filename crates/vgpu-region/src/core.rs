@@ -4,11 +4,12 @@
 //! and the real code over the mapped file.
 //!
 //! Why admission is exact (docs/design.md section 5): a racer adds its request to
-//! its own slot's total first, then issues a SeqCst fence, then sums every
-//! slot's total. Fences are totally ordered; take the admitted reservation
-//! whose fence came last: every other admitted racer added before its own
-//! fence, hence before this one, so this sum saw all of them and was within
-//! the limit. (Slots at or above the high-water mark hold nothing: a claimer
+//! its own slot's total first (a SeqCst read-modify-write), then sums every
+//! slot's total (SeqCst loads). SeqCst operations are totally ordered; take
+//! the admitted reservation whose add came last: every other admitted
+//! racer added before it, hence before this sum, so this sum saw all of
+//! them and was within the limit (loom builds add a SeqCst fence after the
+//! add: see `sum_after_rmw`). (Slots at or above the high-water mark hold nothing: a claimer
 //! raises the mark before its first add.)
 //!
 //! Why a round of racers cannot all lose: a racer that saw too much takes
@@ -398,6 +399,19 @@ fn saturating_add(c: &AtomicU64, bytes: u64) {
     }
 }
 
+/// Orders a SeqCst read-modify-write of a total before the SeqCst loads
+/// of the sum that follow. Both are SeqCst, so the one total order over
+/// SeqCst operations already forbids the store-buffering outcome (two
+/// racers each missing the other's add), and on x86 the locked RMW is a
+/// full barrier anyway: no fence in a normal build (it was a locked
+/// instruction on every allocation). loom models SeqCst accesses as
+/// AcqRel but models fences, so its builds keep one.
+#[inline(always)]
+fn sum_after_rmw() {
+    #[cfg(loom)]
+    fence(SeqCst);
+}
+
 /// Attempts a racer makes while the others leave room.
 #[cfg(not(loom))]
 const ADMIT_ATTEMPTS: u32 = 24;
@@ -460,11 +474,9 @@ pub fn reserve<E: Env>(
         if !checked_add(total, bytes) {
             return unrepresentable;
         }
-        // Orders the add before the loads of the sum against every other
-        // racer's fence (the store-buffering case): the SeqCst RMW alone
-        // already does on x86, the fence says so in the C++ model (and to
-        // loom, which treats SeqCst accesses as AcqRel but models fences).
-        fence(SeqCst);
+        // The add must come before the loads of the sum against every other
+        // racer (the store-buffering case): see `sum_after_rmw`.
+        sum_after_rmw();
         env.step("reserve.after_add");
         let used = device_total(v, dev);
         if used <= limit {
@@ -473,7 +485,7 @@ pub fn reserve<E: Env>(
             return Ok(());
         }
         total.fetch_sub(bytes, SeqCst);
-        fence(SeqCst);
+        sum_after_rmw();
         // What the others hold now (admitted or mid-attempt). If even that
         // leaves no room, this is a plain refusal; otherwise someone backed
         // off with us and one of us should try again.

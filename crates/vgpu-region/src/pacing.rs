@@ -69,7 +69,12 @@ fn update(cell: &AtomicI64, f: impl Fn(i64) -> i64) -> (i64, i64) {
 /// GPU-ns earned over `dt_ns` of wall time at `rate_ppm` (parts per million
 /// of the device's time), saturating at i64::MAX.
 pub fn earned(dt_ns: u64, rate_ppm: u32) -> i64 {
-    let v = (dt_ns as u128 * rate_ppm as u128) / 1_000_000;
+    // u64 when the product fits (every bound and refill of the launch
+    // path: a division by a constant, no 128-bit division call).
+    let v = match dt_ns.checked_mul(u64::from(rate_ppm)) {
+        Some(p) => u128::from(p / 1_000_000),
+        None => (dt_ns as u128 * rate_ppm as u128) / 1_000_000,
+    };
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -301,7 +306,9 @@ impl<'a> SlotPacing<'a> {
     /// Counts launches through the gate and time waited there.
     pub fn add_launches(&self, dev: u32, launches: u64, waited_ns: u64) {
         if let Some(d) = self.dev(dev) {
-            d.launches.fetch_add(launches, Relaxed);
+            if launches > 0 {
+                d.launches.fetch_add(launches, Relaxed);
+            }
             if waited_ns > 0 {
                 d.waited_ns.fetch_add(waited_ns, Relaxed);
             }

@@ -366,6 +366,8 @@ pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// A mapped region. `Send + Sync`; cheap to share by reference.
 pub struct Region {
     map: MmapRaw,
+    /// `map`'s sections, checked against its length once.
+    layout: crate::shm::Layout,
     slot_count: u32,
     device_count: u32,
     path: PathBuf,
@@ -839,6 +841,7 @@ impl Region {
         // window of pages in its fault, hundreds of µs inside cuInit.
         let _ = map.advise(memmap2::Advice::Random);
         let r = Region {
+            layout: crate::shm::Layout::of(&map, info.slot_count),
             map,
             slot_count: info.slot_count,
             device_count: info.device_count,
@@ -972,8 +975,9 @@ impl Region {
         out
     }
 
+    #[inline]
     pub(crate) fn view(&self) -> View<'_> {
-        crate::shm::view(&self.map, self.slot_count)
+        crate::shm::view_at(&self.map, &self.layout)
     }
 
     fn owner_of(&self, me: &ProcIdentity) -> Result<Owner, RegionError> {
@@ -1116,7 +1120,9 @@ impl Region {
     /// process's bytes but may run often (memory views): the pass costs a
     /// signal-0 probe and a procfs read per claimed slot of our namespace.
     pub fn reclaim_dead_at_most_every(&self, every: Duration) -> usize {
-        let now = monotonic_ns();
+        // The tick-resolution clock: this runs on every memory view
+        // (`cuMemGetInfo`), where a full clock read was its largest cost.
+        let now = crate::clock::coarse_monotonic_ns();
         let last = self.last_oom_reclaim.load(Relaxed);
         let every = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX);
         if last != 0 && now.saturating_sub(last) < every {

@@ -38,25 +38,57 @@ pub(crate) fn read_only(map: MmapMut) -> std::io::Result<MmapRaw> {
     Ok(MmapRaw::from(map.make_read_only()?))
 }
 
-/// The header and `slots` slots of a mapping at least `file_len(slots)`
-/// bytes long.
-pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
-    assert!(
-        map.len() as u64 >= file_len(slots),
-        "mapping shorter than its slots"
-    );
+/// Where the sections of a mapping of `slots` slots start, checked once
+/// against the mapping's length: the hot paths (every reserve and release
+/// builds a [`View`]) then add offsets instead of recomputing the layout
+/// and its bounds check each call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    slots: u32,
+    totals: usize,
+    slot_base: usize,
+    pacing: usize,
+    slot_pacing: usize,
+}
+
+impl Layout {
+    /// The layout of `map` holding `slots` slots; panics when the mapping
+    /// is shorter than that (a caller's bug: `Region` maps `file_len`).
+    pub(crate) fn of(map: &MmapRaw, slots: u32) -> Layout {
+        assert!(
+            map.len() as u64 >= file_len(slots),
+            "mapping shorter than its slots"
+        );
+        // Each offset is below `file_len(slots)` ≤ `map.len()`: fits usize.
+        Layout {
+            slots,
+            totals: totals_offset(slots) as usize,
+            slot_base: slots_offset(slots) as usize,
+            pacing: pacing_offset(slots) as usize,
+            slot_pacing: slot_pacing_offset(slots) as usize,
+        }
+    }
+}
+
+/// The header and slots of `map`, with the layout `Layout::of` computed
+/// for this very mapping.
+#[inline]
+pub(crate) fn view_at<'a>(map: &'a MmapRaw, l: &Layout) -> View<'a> {
+    let slots = l.slots;
     let base = map.as_mut_ptr();
-    // SAFETY: the mapping is page-aligned (≥ the 64-byte alignment of
-    // RawHeader and RawSlot), `file_len(slots)` bytes long or more
-    // (asserted above): header, then `slots` owner words at HEADER_SIZE,
-    // then MAX_DEVICES * `slots` totals at `totals_offset`, then `slots`
-    // slots at `slots_offset`, then MAX_DEVICES pacing cells at
-    // `pacing_offset` and `slots` pacing records at `slot_pacing_offset`
-    // (page multiples, 64-byte aligned structs), none overlapping. It lives as long as the `&MmapRaw` borrow the returned
-    // references carry. Every field is an atomic integer (or an array of
-    // them): any bit pattern is a valid value and concurrent writes by
-    // other processes go through atomic operations, so shared references
-    // to them are sound.
+    // SAFETY: `l` is `Layout::of(map, slots)` for this mapping (the only
+    // way to make one; `Region` keeps the two together and never remaps),
+    // which checked that it is `file_len(slots)` bytes long or more. The
+    // mapping is page-aligned (≥ the 64-byte alignment of RawHeader and
+    // RawSlot): header, then `slots` owner words at HEADER_SIZE, then
+    // MAX_DEVICES * `slots` totals at `totals_offset`, then `slots` slots
+    // at `slots_offset`, then MAX_DEVICES pacing cells at `pacing_offset`
+    // and `slots` pacing records at `slot_pacing_offset` (page multiples,
+    // 64-byte aligned structs), none overlapping. It lives as long as the
+    // `&MmapRaw` borrow the returned references carry. Every field is an
+    // atomic integer (or an array of them): any bit pattern is a valid
+    // value and concurrent writes by other processes go through atomic
+    // operations, so shared references to them are sound.
     unsafe {
         View {
             header: &*(base as *const RawHeader),
@@ -65,19 +97,16 @@ pub(crate) fn view(map: &MmapRaw, slots: u32) -> View<'_> {
                 slots as usize,
             ),
             totals: std::slice::from_raw_parts(
-                base.add(totals_offset(slots) as usize) as *const AtomicU64,
+                base.add(l.totals) as *const AtomicU64,
                 MAX_DEVICES * slots as usize,
             ),
             slots: std::slice::from_raw_parts(
-                base.add(slots_offset(slots) as usize) as *const RawSlot,
+                base.add(l.slot_base) as *const RawSlot,
                 slots as usize,
             ),
-            pacing: std::slice::from_raw_parts(
-                base.add(pacing_offset(slots) as usize) as *const RawPacing,
-                MAX_DEVICES,
-            ),
+            pacing: std::slice::from_raw_parts(base.add(l.pacing) as *const RawPacing, MAX_DEVICES),
             slot_pacing: std::slice::from_raw_parts(
-                base.add(slot_pacing_offset(slots) as usize) as *const RawSlotPacing,
+                base.add(l.slot_pacing) as *const RawSlotPacing,
                 slots as usize,
             ),
         }

@@ -503,39 +503,39 @@ TABLE;
     [base: "cuLaunchKernel", since: 4000, ptds: false, family: "launch", policy: "paced: the limiter's gate charges the launch to the container's bucket (one atomic load when nothing is paced)"]
     fn cuLaunchKernel(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::Kernel, hStream, false, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) })
+        limiter::launch(Launch::Kernel, hStream, false, move || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) })
     }
 
     [base: "cuLaunchKernel", since: 7000, ptds: true, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchKernel_ptsz(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::Kernel, hStream, true, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) })
+        limiter::launch(Launch::Kernel, hStream, true, move || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) })
     }
 
     [base: "cuLaunchKernelEx", since: 11060, ptds: false, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
         let stream = out(config).map_or(CUstream::NULL, |c| c.hStream);
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::KernelEx, stream, false, || unsafe { real(config, f, kernelParams, extra) })
+        limiter::launch(Launch::KernelEx, stream, false, move || unsafe { real(config, f, kernelParams, extra) })
     }
 
     [base: "cuLaunchKernelEx", since: 11060, ptds: true, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, kernelParams: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult |real| {
         let stream = out(config).map_or(CUstream::NULL, |c| c.hStream);
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::KernelEx, stream, true, || unsafe { real(config, f, kernelParams, extra) })
+        limiter::launch(Launch::KernelEx, stream, true, move || unsafe { real(config, f, kernelParams, extra) })
     }
 
     [base: "cuLaunchCooperativeKernel", since: 9000, ptds: false, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchCooperativeKernel(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::Cooperative, hStream, false, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) })
+        limiter::launch(Launch::Cooperative, hStream, false, move || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) })
     }
 
     [base: "cuLaunchCooperativeKernel", since: 9000, ptds: true, family: "launch", policy: "as cuLaunchKernel"]
     fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gridDimX: c_uint, gridDimY: c_uint, gridDimZ: c_uint, blockDimX: c_uint, blockDimY: c_uint, blockDimZ: c_uint, sharedMemBytes: c_uint, hStream: CUstream, kernelParams: *mut *mut c_void) -> CUresult |real| {
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::Cooperative, hStream, true, || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) })
+        limiter::launch(Launch::Cooperative, hStream, true, move || unsafe { real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) })
     }
 
     // Launch paths (paced), continued: graphs and multi-device launches.
@@ -543,7 +543,7 @@ TABLE;
     fn cuLaunchCooperativeKernelMultiDevice(launchParamsList: *mut CUDA_LAUNCH_PARAMS, numDevices: c_uint, flags: c_uint) -> CUresult |real| {
         let stream = out(launchParamsList as *const CUDA_LAUNCH_PARAMS).map_or(CUstream::NULL, |p| p.hStream);
         // SAFETY: forwarding the caller's arguments.
-        limiter::launch(Launch::CooperativeMultiDevice, stream, false, || unsafe { real(launchParamsList, numDevices, flags) })
+        limiter::launch(Launch::CooperativeMultiDevice, stream, false, move || unsafe { real(launchParamsList, numDevices, flags) })
     }
 
     [base: "cuGraphLaunch", since: 10000, ptds: false, family: "launch", policy: "paced: charged the executable's own measured cost (one burst per graph launch); graph memory admitted as cuGraphUpload, then its allocations live until freed"]
