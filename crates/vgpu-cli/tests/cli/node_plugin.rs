@@ -320,7 +320,17 @@ async fn registration_list_and_watch_allocate_and_kubelet_restart() {
         .unwrap()
         .unwrap();
     assert_eq!(again.devices.len(), 20);
-    let (code, body) = http_get(&agent.url, "/readyz");
+    // Ready again once the agent has the kubelet's answer to its new
+    // registration, which can land a moment after the kubelet recorded it
+    // (seen: 503 with `plugin_registered: false` right after the stream).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (code, body) = loop {
+        let (code, body) = http_get(&agent.url, "/readyz");
+        if code == 200 || std::time::Instant::now() > deadline {
+            break (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(code, 200, "{body}");
 }
 
