@@ -61,6 +61,20 @@ struct Open<M> {
     close_now: bool,
 }
 
+impl<M> Open<M> {
+    /// Counts one launch into the burst; whether the burst must close now
+    /// (old enough, full, a graph: measured alone, a probe: at once).
+    fn count(&mut self, now_ns: u64, charged_ns: u64, estimated: bool, p: &Params) -> bool {
+        self.launches += 1;
+        self.charged_ns = self.charged_ns.saturating_add(charged_ns);
+        self.last_ns = now_ns;
+        self.launches >= p.max_burst_launches
+            || now_ns.saturating_sub(self.opened_ns) >= p.marker_period_ns
+            || matches!(self.kind, Kind::Graph(_))
+            || !estimated
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Closed<M> {
     start: M,
@@ -270,14 +284,7 @@ impl<M: Copy> Meter<M> {
             }
             return;
         }
-        o.launches += 1;
-        o.charged_ns = o.charged_ns.saturating_add(charged_ns);
-        o.last_ns = now_ns;
-        let full = o.launches >= p.max_burst_launches
-            || now_ns.saturating_sub(o.opened_ns) >= p.marker_period_ns
-            || matches!(o.kind, Kind::Graph(_))
-            || !estimated;
-        if full {
+        if o.count(now_ns, charged_ns, estimated, p) {
             self.close(k, i, now_ns);
             if let Some(o) = self.open[i].as_mut() {
                 // Pending is full: close at the next chance.
@@ -304,13 +311,7 @@ impl<M: Copy> Meter<M> {
     ) -> Option<(u64, bool)> {
         let i = self.find(stream)?;
         let o = self.open[i].as_mut()?;
-        o.launches += 1;
-        o.charged_ns = o.charged_ns.saturating_add(charged_ns);
-        o.last_ns = now_ns;
-        let close = o.launches >= p.max_burst_launches
-            || now_ns.saturating_sub(o.opened_ns) >= p.marker_period_ns
-            || matches!(o.kind, Kind::Graph(_))
-            || !estimated;
+        let close = o.count(now_ns, charged_ns, estimated, p);
         Some((o.id, close))
     }
 
