@@ -344,6 +344,7 @@ mod tests {
     use crate::meter::Elapsed;
     use crate::policy::{target, Measurement, Settings};
     use std::sync::atomic::{AtomicU32, AtomicU64};
+    use vgpu_region::layout::RawSlotPacing;
     use vgpu_region::pacing::{zeroed_slot_pacing, LocalBucket};
 
     /// A device that runs every launch at once for 40 µs of GPU time, in
@@ -366,38 +367,62 @@ mod tests {
         }
     }
 
+    /// What each scenario below paces over: a pacer limited to `sm` %
+    /// with markers, a process-local bucket, a zeroed slot record and the
+    /// 40 µs device.
+    struct Rig {
+        pacer: Pacer<u64>,
+        bucket: LocalBucket,
+        slot: RawSlotPacing,
+        k: Instant40,
+    }
+
+    impl Rig {
+        fn new(sm: u32) -> Rig {
+            let pacer = Pacer::new(Params::default());
+            let settings = Settings {
+                sm_limit: Some(sm),
+                ..Settings::default()
+            };
+            let m = Measurement {
+                markers: true,
+                identity: true,
+            };
+            pacer.set_target(target(&settings, m));
+            Rig {
+                pacer,
+                bucket: LocalBucket::new(),
+                slot: zeroed_slot_pacing(),
+                k: Instant40 {
+                    gpu_ns: AtomicU64::new(0),
+                    released: AtomicU32::new(0),
+                },
+            }
+        }
+
+        fn cells(&self) -> Cells<'_> {
+            Cells {
+                bucket: self.bucket.bucket(),
+                slot: SlotPacing::new(Some(&self.slot), 1),
+                dev: 0,
+            }
+        }
+    }
+
     #[test]
     fn a_probe_after_another_kind_is_not_blocked_forever() {
         // Kernels, then the first launch of a graph (a probe, no estimate):
         // the kernels' open burst must close so the probe can go.
-        let pacer: Pacer<u64> = Pacer::new(Params::default());
-        let settings = Settings {
-            sm_limit: Some(30),
-            ..Settings::default()
-        };
-        let m = Measurement {
-            markers: true,
-            identity: true,
-        };
-        pacer.set_target(target(&settings, m));
-        let bucket = LocalBucket::new();
-        let slot = zeroed_slot_pacing();
-        let cells = Cells {
-            bucket: bucket.bucket(),
-            slot: SlotPacing::new(Some(&slot), 1),
-            dev: 0,
-        };
-        let k = Instant40 {
-            gpu_ns: AtomicU64::new(0),
-            released: AtomicU32::new(0),
-        };
+        let rig = Rig::new(30);
+        let (pacer, k) = (&rig.pacer, &rig.k);
+        let cells = rig.cells();
         let mut now = 1_000_000_000u64;
         let go = |kind: Kind, now: &mut u64| {
             for _ in 0..1000 {
-                match pacer.admit(&k, &cells, *now, 0, kind) {
+                match pacer.admit(k, &cells, *now, 0, kind) {
                     Admit::Go(t) => {
                         k.gpu_ns.fetch_add(40_000, Relaxed);
-                        pacer.launched(&k, &cells, t, true, 0, *now);
+                        pacer.launched(k, &cells, t, true, 0, *now);
                         return true;
                     }
                     Admit::Wait { until_ns } => *now = until_ns,
@@ -415,38 +440,20 @@ mod tests {
 
     #[test]
     fn gate_counted_launches_reach_the_slot_once_and_failures_leave_their_burst() {
-        let pacer: Pacer<u64> = Pacer::new(Params::default());
-        let settings = Settings {
-            sm_limit: Some(50),
-            ..Settings::default()
-        };
-        let m = Measurement {
-            markers: true,
-            identity: true,
-        };
-        pacer.set_target(target(&settings, m));
-        let bucket = LocalBucket::new();
-        let slot = zeroed_slot_pacing();
-        let cells = Cells {
-            bucket: bucket.bucket(),
-            slot: SlotPacing::new(Some(&slot), 1),
-            dev: 0,
-        };
-        let k = Instant40 {
-            gpu_ns: AtomicU64::new(0),
-            released: AtomicU32::new(0),
-        };
+        let rig = Rig::new(50);
+        let (pacer, k) = (&rig.pacer, &rig.k);
+        let cells = rig.cells();
         let launches = || cells.slot.counters(0).1;
         let now = 1_000_000_000u64;
         // The first launch probes (measured alone): its burst closes after
         // it, under the lock.
-        let Admit::Go(t) = pacer.admit(&k, &cells, now, 0, Kind::Kernel) else {
+        let Admit::Go(t) = pacer.admit(k, &cells, now, 0, Kind::Kernel) else {
             panic!("the first launch goes");
         };
         assert!(t.metered && t.probe && t.close_after);
         k.gpu_ns.fetch_add(40_000, Relaxed);
-        pacer.launched(&k, &cells, t, true, 0, now);
-        pacer.poll(&k, &cells);
+        pacer.launched(k, &cells, t, true, 0, now);
+        pacer.poll(k, &cells);
         assert_eq!(launches(), 1);
         assert!(pacer.kernel_estimate_ns() > 0, "the probe was measured");
         // Estimated launches: counted into one open burst at the gate, none
@@ -455,7 +462,7 @@ mod tests {
         let mut ok = 0;
         let mut failed_bursts = Vec::new();
         for i in 0..10u64 {
-            let Admit::Go(t) = pacer.admit(&k, &cells, now + 1_000 * (i + 1), 0, Kind::Kernel)
+            let Admit::Go(t) = pacer.admit(k, &cells, now + 1_000 * (i + 1), 0, Kind::Kernel)
             else {
                 panic!("launch {i} waits");
             };
@@ -467,11 +474,11 @@ mod tests {
             } else {
                 failed_bursts.push(t.burst);
             }
-            pacer.launched(&k, &cells, t, went, 0, now + 1_000 * (i + 1));
+            pacer.launched(k, &cells, t, went, 0, now + 1_000 * (i + 1));
         }
         assert_eq!(launches(), 1, "not published before a read");
-        pacer.before_sync(&k, now + 20_000);
-        pacer.poll(&k, &cells);
+        pacer.before_sync(k, now + 20_000);
+        pacer.poll(k, &cells);
         assert_eq!(launches(), 1 + ok, "each launch that went, once");
         assert_eq!(pacer.stats().measured, 2, "the probe and one burst");
         // The failed launches were refunded and left their burst's
@@ -480,40 +487,21 @@ mod tests {
         assert_eq!(failed_bursts.len(), 3);
         let charged = cells.bucket.raw().charged_ns.load(Relaxed);
         assert_eq!(charged, 8 * 40_000);
-        pacer.poll(&k, &cells);
+        pacer.poll(k, &cells);
         assert_eq!(launches(), 1 + ok, "nothing counted twice");
     }
 
     #[test]
     fn threads_launching_at_once_share_one_pacer() {
-        let pacer: Pacer<u64> = Pacer::new(Params::default());
-        let settings = Settings {
-            sm_limit: Some(30),
-            ..Settings::default()
-        };
-        let m = Measurement {
-            markers: true,
-            identity: true,
-        };
-        pacer.set_target(target(&settings, m));
-        let bucket = LocalBucket::new();
-        let slot = zeroed_slot_pacing();
-        let k = Instant40 {
-            gpu_ns: AtomicU64::new(0),
-            released: AtomicU32::new(0),
-        };
+        let rig = Rig::new(30);
         let clock = AtomicU64::new(1_000_000_000);
         let gone = AtomicU64::new(0);
         std::thread::scope(|sc| {
             for t in 0..4u64 {
-                let (pacer, bucket, slot, k, clock, gone) =
-                    (&pacer, &bucket, &slot, &k, &clock, &gone);
+                let (rig, clock, gone) = (&rig, &clock, &gone);
                 sc.spawn(move || {
-                    let cells = Cells {
-                        bucket: bucket.bucket(),
-                        slot: SlotPacing::new(Some(slot), 1),
-                        dev: 0,
-                    };
+                    let (pacer, k) = (&rig.pacer, &rig.k);
+                    let cells = rig.cells();
                     for _ in 0..5_000 {
                         let now = clock.fetch_add(1_000, Relaxed);
                         match pacer.admit(k, &cells, now, t, Kind::Kernel) {
@@ -531,11 +519,11 @@ mod tests {
                 });
             }
         });
-        let cells = SlotPacing::new(Some(&slot), 1);
+        let cells = SlotPacing::new(Some(&rig.slot), 1);
         let (_, launches, _, _) = cells.counters(0);
         assert_eq!(launches, gone.load(Relaxed), "every launch counted once");
         let b = crate::law::bounds(300_000, &Params::default());
-        let c = bucket.bucket().credit();
+        let c = rig.bucket.bucket().credit();
         assert!(c >= b.floor_ns && c <= b.cap_ns, "credit {c}");
         // 20 ms of simulated time at 30 %: about 6 ms of 40 µs launches,
         // plus the 6 ms bank and the lookahead; never the 20 000 asked for.
@@ -543,6 +531,6 @@ mod tests {
         let p = Params::default();
         let most = (6_000_000 + 6_000_000 + p.lookahead_ns) / 40_000 + 100;
         assert!(n > 100 && n < most, "{n} launches went (most {most})");
-        assert!(pacer.kernel_estimate_ns() > 0);
+        assert!(rig.pacer.kernel_estimate_ns() > 0);
     }
 }
