@@ -799,40 +799,36 @@ pub fn render(snap: &NodeSnapshot, cfg: &NodeConfig) -> String {
         "cuInit stages of each new process (from its slot's phase stamps)",
         h,
     );
-    let scrape = gauge(
-        reg,
-        "vgpu_monitor_scrape_duration_seconds",
-        "Duration of the previous scrape",
-    );
-    set(&scrape, vec![], snap.agent.last_scrape_ns as f64 / 1e9);
-    let kills = gauge(
-        reg,
-        "vgpu_watchdog_kills",
-        "Processes the watchdog killed (--enforce kill)",
-    );
-    set(&kills, vec![], snap.agent.watchdog_kills as f64);
-    let detections = gauge(
-        reg,
-        "vgpu_watchdog_detections",
-        "Times a container went over its device-memory limit (driver-reported)",
-    );
-    set(&detections, vec![], snap.agent.watchdog_detections as f64);
-    let cycle = gauge(
-        reg,
-        "vgpu_watchdog_cycle_seconds",
-        "Duration of the watchdog's last cycle",
-    );
-    set(&cycle, vec![], snap.agent.watchdog_cycle_ns as f64 / 1e9);
-    let bready = gauge(
-        reg,
-        "vgpu_broker_ready",
-        "1 while the host-PID broker serves its socket",
-    );
-    set(
-        &bready,
-        vec![],
-        if snap.agent.broker_ready { 1.0 } else { 0.0 },
-    );
+    let agent = &snap.agent;
+    for (name, help, v) in [
+        (
+            "vgpu_monitor_scrape_duration_seconds",
+            "Duration of the previous scrape",
+            agent.last_scrape_ns as f64 / 1e9,
+        ),
+        (
+            "vgpu_watchdog_kills",
+            "Processes the watchdog killed (--enforce kill)",
+            agent.watchdog_kills as f64,
+        ),
+        (
+            "vgpu_watchdog_detections",
+            "Times a container went over its device-memory limit (driver-reported)",
+            agent.watchdog_detections as f64,
+        ),
+        (
+            "vgpu_watchdog_cycle_seconds",
+            "Duration of the watchdog's last cycle",
+            agent.watchdog_cycle_ns as f64 / 1e9,
+        ),
+        (
+            "vgpu_broker_ready",
+            "1 while the host-PID broker serves its socket",
+            if agent.broker_ready { 1.0 } else { 0.0 },
+        ),
+    ] {
+        set(&gauge(reg, name, help), vec![], v);
+    }
 
     let mut out = String::new();
     let _ = prometheus_client::encoding::text::encode_registry(&mut out, &root);
