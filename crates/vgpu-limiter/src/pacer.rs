@@ -83,6 +83,11 @@ struct Inner<M: Copy> {
     /// instead of one per launch). Below zero when launches counted and
     /// published failed afterwards.
     unpublished: i64,
+    /// GPU time metered launches were charged at the gate and not yet
+    /// added to the bucket's cumulative `charged_ns` (display only):
+    /// published like `unpublished`, before any measurement's correction
+    /// is applied to it.
+    uncharged: u64,
 }
 
 /// One process's limiter on one device.
@@ -106,6 +111,7 @@ impl<M: Copy> Pacer<M> {
                 est: Estimates::default(),
                 polled_ns: 0,
                 unpublished: 0,
+                uncharged: 0,
             }),
         }
     }
@@ -161,15 +167,18 @@ impl<M: Copy> Pacer<M> {
                 };
             }
             return match law::gate(bucket, now_ns, t.share_ppm, est, p) {
-                Decision::Go { charge_ns } => Admit::Go(Ticket {
-                    charge_ns,
-                    metered: false,
-                    stream,
-                    kind,
-                    probe: false,
-                    burst: 0,
-                    close_after: false,
-                }),
+                Decision::Go { charge_ns } => {
+                    bucket.add_charged(charge_ns);
+                    Admit::Go(Ticket {
+                        charge_ns,
+                        metered: false,
+                        stream,
+                        kind,
+                        probe: false,
+                        burst: 0,
+                        close_after: false,
+                    })
+                }
                 Decision::Wait { until_ns } => {
                     bucket.count_wait();
                     Admit::Wait { until_ns }
@@ -212,6 +221,9 @@ impl<M: Copy> Pacer<M> {
                 if counted.is_some() {
                     g.unpublished += 1;
                 }
+                // Its charge joins the bucket's cumulative counter with the
+                // next measurements read (one shared add per read).
+                g.uncharged = g.uncharged.saturating_add(charge_ns);
                 let (burst, close_after) = counted.unwrap_or((0, false));
                 Admit::Go(Ticket {
                     charge_ns,
@@ -251,10 +263,16 @@ impl<M: Copy> Pacer<M> {
     ) {
         let p = &self.params;
         if !ok {
-            cells.bucket.adjust(
-                i64::try_from(ticket.charge_ns).unwrap_or(i64::MAX),
-                law::bounds(self.target().share_ppm, p),
-            );
+            let b = law::bounds(self.target().share_ppm, p);
+            if ticket.metered {
+                // Its charge may still be in `uncharged`: refund the
+                // credit here and take the charge out under the lock below.
+                cells.bucket.refund_uncounted(ticket.charge_ns, b);
+            } else {
+                cells
+                    .bucket
+                    .adjust(i64::try_from(ticket.charge_ns).unwrap_or(i64::MAX), b);
+            }
         } else {
             // A metered launch was counted at the gate (published with the
             // next measurements read).
@@ -265,6 +283,15 @@ impl<M: Copy> Pacer<M> {
             let mut g = self.lock();
             if !ok {
                 g.unpublished -= 1;
+                if g.uncharged >= ticket.charge_ns {
+                    g.uncharged -= ticket.charge_ns;
+                } else {
+                    // Published already (a read came between): take it
+                    // back out of the shared counter.
+                    let rest = ticket.charge_ns - g.uncharged;
+                    g.uncharged = 0;
+                    cells.bucket.adjust_charged(rest);
+                }
             }
             g.meter
                 .settle(k, now_ns, ticket.stream, ticket.burst, ticket.charge_ns, ok);
@@ -297,6 +324,8 @@ impl<M: Copy> Pacer<M> {
             slot.add_launches(dev, g.unpublished as u64, 0);
             g.unpublished = 0;
         }
+        // Before any correction below takes from it.
+        bucket.add_charged(std::mem::take(&mut g.uncharged));
         let b = law::bounds(self.target().share_ppm, &self.params);
         let mut n = 0;
         while let Some(m) = g.meter.poll(k) {
@@ -330,6 +359,12 @@ impl<M: Copy> Pacer<M> {
     /// Meter counters.
     pub fn stats(&self) -> MeterStats {
         self.lock().meter.stats()
+    }
+
+    /// GPU time charged at the gate and not yet added to the bucket's
+    /// cumulative `charged_ns` (it is at the next measurements read).
+    pub fn unpublished_charge_ns(&self) -> u64 {
+        self.lock().uncharged
     }
 
     /// The kernel estimate, GPU-ns (0 = none yet).

@@ -127,34 +127,54 @@ impl<'a> Bucket<'a> {
         }
     }
 
-    /// Takes `ns` for a launch (its estimated cost) and returns the credit
-    /// before the take; the credit never goes below the floor.
+    /// Takes `ns` for a launch (its estimated cost) from the credit and
+    /// returns the credit before the take; the credit never goes below the
+    /// floor. The cumulative `charged_ns` counter (display only) is the
+    /// caller's to add, with [`Bucket::add_charged`]: a caller that meters
+    /// under a lock batches it (one shared read-modify-write per
+    /// measurement read, not one per launch).
     pub fn take(&self, ns: u64, b: Bounds) -> i64 {
         let ns = i64::try_from(ns).unwrap_or(i64::MAX);
-        self.cell.charged_ns.fetch_add(ns as u64, Relaxed);
         update(&self.cell.credit_ns, |c| bounded(c, -ns, b)).0
+    }
+
+    /// Counts `ns` into the cumulative charged time (for the sampler and
+    /// displays; nothing paces on it).
+    pub fn add_charged(&self, ns: u64) {
+        if ns > 0 {
+            self.cell.charged_ns.fetch_add(ns, Relaxed);
+        }
+    }
+
+    /// Gives `ns` of a launch that never ran back to the credit, within
+    /// `b`, without touching the charged counter (the caller had not
+    /// counted it yet). Returns the credit after.
+    pub fn refund_uncounted(&self, ns: u64, b: Bounds) -> i64 {
+        let ns = i64::try_from(ns).unwrap_or(i64::MAX);
+        update(&self.cell.credit_ns, |c| bounded(c, ns, b)).1
     }
 
     /// Applies a measurement's correction: `charged - measured` (positive
     /// gives credit back, negative charges the shortfall), within `b`.
     /// Returns the credit after.
     pub fn adjust(&self, delta_ns: i64, b: Bounds) -> i64 {
-        let charged = &self.cell.charged_ns;
         if delta_ns >= 0 {
-            // Saturating: a garbage counter must not wrap.
-            let mut c = charged.load(Relaxed);
-            while let Err(x) = charged.compare_exchange_weak(
-                c,
-                c.saturating_sub(delta_ns as u64),
-                Relaxed,
-                Relaxed,
-            ) {
-                c = x;
-            }
+            self.adjust_charged(delta_ns as u64);
         } else {
-            charged.fetch_add(delta_ns.unsigned_abs(), Relaxed);
+            self.add_charged(delta_ns.unsigned_abs());
         }
         update(&self.cell.credit_ns, |c| bounded(c, delta_ns, b)).1
+    }
+
+    /// Takes `ns` back out of the cumulative charged time, stopping at 0
+    /// (a garbage counter must not wrap).
+    pub fn adjust_charged(&self, ns: u64) {
+        let charged = &self.cell.charged_ns;
+        let mut c = charged.load(Relaxed);
+        while let Err(x) = charged.compare_exchange_weak(c, c.saturating_sub(ns), Relaxed, Relaxed)
+        {
+            c = x;
+        }
     }
 
     /// Counts measured GPU time (cumulative, for the sampler and displays).

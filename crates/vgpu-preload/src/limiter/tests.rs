@@ -24,6 +24,17 @@ fn leak<T>(t: T) -> &'static T {
     Box::leak(Box::new(t))
 }
 
+/// The bucket of device `i`'s cumulative charged time, with what its pacer
+/// charged at the gate and publishes at the next measurements read.
+fn charged_on(lim: &Limiter, i: usize) -> u64 {
+    let d = &lim.devs[i];
+    d.bucket
+        .raw()
+        .charged_ns
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + d.pacer.unpublished_charge_ns()
+}
+
 struct Fx {
     dir: tempfile::TempDir,
     clock: &'static FakeClock,
@@ -106,13 +117,10 @@ impl Fx {
             })
     }
 
-    /// GPU time the bucket of device 0 was charged and measured.
+    /// GPU time the bucket of device 0 was charged and measured (what the
+    /// shared counter will show once the pacer publishes what it batched).
     fn charged(&self) -> u64 {
-        self.lim.devs[0]
-            .bucket
-            .raw()
-            .charged_ns
-            .load(std::sync::atomic::Ordering::Relaxed)
+        charged_on(&self.lim, 0)
     }
 
     fn measured(&self) -> u64 {
@@ -349,13 +357,7 @@ fn a_launch_goes_to_the_current_contexts_device() {
     assert_eq!(fx.lim.devs[1].pacer.target().share_ppm, 200_000);
     fx.cuda.set_current(1);
     assert_eq!(fx.kernel(S, MS), SUCCESS);
-    let charged = |i: usize| {
-        fx.lim.devs[i]
-            .bucket
-            .raw()
-            .charged_ns
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let charged = |i: usize| charged_on(&fx.lim, i);
     assert_eq!(charged(0), 0);
     assert!(charged(1) > 0);
     // A device the limiter does not have passes unpaced.

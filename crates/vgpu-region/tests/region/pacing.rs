@@ -37,6 +37,7 @@ fn buckets_are_shared_per_device_and_slots_start_clean() {
     let bounds = Bounds::new(1_000, -1_000);
     a.bucket(0).unwrap().refill(10, 300_000, bounds);
     a.bucket(0).unwrap().take(400, bounds);
+    a.bucket(0).unwrap().add_charged(400);
     assert_eq!(b.bucket(0).unwrap().credit(), 600);
     assert_eq!(b.bucket(1).unwrap().credit(), 0, "one bucket per device");
     assert!(a.bucket(2).is_none(), "no such device");
