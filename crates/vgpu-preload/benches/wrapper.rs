@@ -1,7 +1,9 @@
 //! Wrapper overhead: the same tenant process, once straight on the
 //! simulated driver and once under libvgpu.so (a region with a memory limit,
 //! no SM limit), alternating runs in one invocation. Reports medians of
-//! per-run medians; prints, never asserts time. `VGPU_BENCH_BASELINE_LIB`
+//! per-run medians; prints, never asserts time. `VGPU_BENCH_RUNS` (default
+//! 15) sets the runs per column: on a VM one process's figure can sit 150 ns
+//! from the next one's, so the median needs many processes. `VGPU_BENCH_BASELINE_LIB`
 //! names another build of the library (e.g. the previous one) to run as a
 //! third column in the same rotation, for before/after.
 use std::collections::BTreeMap;
@@ -10,7 +12,8 @@ use std::process::Command;
 
 use vgpu_sim::{SimHandle, SimOptions};
 
-const RUNS: usize = 5;
+/// Runs per column unless `VGPU_BENCH_RUNS` says otherwise.
+const RUNS: usize = 15;
 const OPS: [(&str, &str); 4] = [
     ("alloc_free_ns", "cuMemAlloc_v2 + cuMemFree_v2 (1 MiB)"),
     (
@@ -53,6 +56,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let write = std::env::args().any(|a| a == "--write");
     let iters = std::env::var("VGPU_BENCH_ITERS").unwrap_or_else(|_| "60000".into());
+    let runs: usize = match std::env::var("VGPU_BENCH_RUNS") {
+        Ok(v) => match v.parse() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!("VGPU_BENCH_RUNS={v:?}: expected a positive count");
+                std::process::exit(2);
+            }
+        },
+        Err(_) => RUNS,
+    };
     let tenant = Path::new(env!("CARGO_BIN_EXE_vgpu-demo-tenant"));
     let lib = vgpu_sim::locate_artifact("libvgpu.so").expect("libvgpu.so built");
     let sim = SimHandle::start(SimOptions::default()).expect("start sim");
@@ -87,7 +100,7 @@ fn main() {
     let mut d: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut i: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut bl: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for _ in 0..RUNS {
+    for _ in 0..runs {
         let a = run(tenant, &direct, &iters);
         let b = run(tenant, &interposed, &iters);
         let c = baseline.as_ref().map(|e| run(tenant, e, &iters));
@@ -141,7 +154,7 @@ fn main() {
     ));
     md.push_str(&format!("Date: {date}; nproc: {nproc}; CPU: {cpu}\n"));
     md.push_str(&format!(
-        "Method: the `vgpu-demo-tenant bench` process (dlopen + dlsym, like an application) runs {RUNS} times directly and {RUNS} times under \
+        "Method: the `vgpu-demo-tenant bench` process (dlopen + dlsym, like an application) runs {runs} times directly and {runs} times under \
          LD_PRELOAD=libvgpu.so with a 64 GiB limit (every allocation is admitted against the region and released), alternating; each run \
          reports the median of 15 batches of {iters}/15 calls; the table shows the median of the runs. The simulated driver's own cost is in \
          both columns; the difference is the wrapper's. Built with the release profile (`cargo bench`) on both sides; the simulated driver libraries must be built with \
