@@ -17,6 +17,7 @@ fn setup(dir: &std::path::Path, exe: std::path::PathBuf) -> Setup {
         seconds: 2,
         dir: dir.to_path_buf(),
         start_delay: Duration::from_millis(700),
+        overhead_runs: 3,
     }
 }
 

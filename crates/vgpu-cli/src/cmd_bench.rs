@@ -47,6 +47,10 @@ pub struct SmArgs {
     /// Exit 1 when a row misses its targets (failed tenants always do).
     #[arg(long)]
     strict: bool,
+    /// Interleaved runs of each configuration in the `overhead` row (a
+    /// second each; the row reports the medians).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    overhead_runs: u32,
 }
 
 #[derive(clap::Args)]
@@ -301,6 +305,7 @@ fn sm(a: SmArgs) -> anyhow::Result<ExitCode> {
                         seconds: a.seconds,
                         dir: dir.path().to_path_buf(),
                         start_delay: Duration::from_secs(2),
+                        overhead_runs: a.overhead_runs as usize,
                     };
                     sm::harness::run_row(&setup, r)
                 }

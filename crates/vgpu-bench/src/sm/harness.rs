@@ -33,6 +33,9 @@ pub struct Setup {
     /// Time from spawning the tenants to their common start (their cuInit,
     /// context and module load happen before it).
     pub start_delay: Duration,
+    /// Interleaved runs of each configuration in the overhead row (one
+    /// process's figure can sit 100+ ns from the next one's on a VM).
+    pub overhead_runs: usize,
 }
 
 /// A scratch directory for a run's region files (removed on drop).
@@ -273,6 +276,7 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
         seconds,
         dir: s.dir.clone(),
         start_delay: s.start_delay,
+        overhead_runs: s.overhead_runs,
     };
     let mut res = RowResult {
         name: row.name.clone(),
@@ -463,8 +467,8 @@ pub fn run_accuracy(s: &Setup, row: &Row) -> RowResult {
 }
 
 /// The overhead row: one launcher of zero-length kernels for a second, in
-/// three configurations interleaved three times (bare driver, libvgpu.so
-/// unlimited, libvgpu.so with a 50 % limit).
+/// three configurations interleaved `overhead_runs` times (bare driver,
+/// libvgpu.so unlimited, libvgpu.so with a 50 % limit).
 pub fn run_overhead(s: &Setup, row: &Row) -> RowResult {
     let mut res = RowResult {
         name: row.name.clone(),
@@ -495,7 +499,7 @@ pub fn run_overhead(s: &Setup, row: &Row) -> RowResult {
         }
     };
     let mut o = Overhead::default();
-    for rep in 0..3 {
+    for rep in 0..s.overhead_runs.max(1) {
         for (name, lib, limit) in &configs {
             let args = TenantArgs {
                 mode: Mode::Overhead,
