@@ -20,13 +20,14 @@
 //!   first empty slot: every slot before the one an insert claimed was
 //!   non-empty when it looked, and stays so.
 //! * **remove** finds the key (stopping at an empty slot) and takes the
-//!   value with one `swap(0)`: a nonzero result makes this caller the
-//!   owner of the removal, who then stores the tombstone (Release) into
-//!   the key; zero means another thread got there first (a racing double
-//!   free), so it looks on. A value is nonzero only between its insert's
-//!   store and its removal's swap, and the key is written only by the
+//!   value with one `compare_exchange(val, 0)`: success with a nonzero
+//!   value makes this caller the owner of the removal, who then stores the
+//!   tombstone (Release) into the key; a zero or a failed exchange means
+//!   another thread got there first (a racing double free), so it looks
+//!   on. A value is nonzero only between its insert's
+//!   store and its removal's exchange, and the key is written only by the
 //!   claim (before the value) and by the removal's owner (after the
-//!   swap): while a value is nonzero, the slot's key is its owner's.
+//!   exchange): while a value is nonzero, the slot's key is its owner's.
 //! * **take_matching** (a sweep) takes each matching entry with
 //!   `compare_exchange(val, 0)`, so a sweep and a racing remove never both
 //!   get one.
@@ -37,14 +38,14 @@
 //! correct program (the pointer reached the freeing thread through some
 //! synchronization), so the remover sees the insert's key and value, and,
 //! by coherence, every slot the insert saw non-empty as non-empty. A
-//! racing double free gets the value in exactly one thread (one swap reads
-//! it, the others read 0). The driver reuses an address only after its
+//! racing double free gets the value in exactly one thread (one exchange takes
+//! it, the others fail or read 0). The driver reuses an address only after its
 //! free, and the interposer removes the entry before calling the driver's
 //! free: the tombstone is stored before the address can come back, so a
 //! re-insert of the same pointer never meets its own live entry.
 //!
 //! One case is not exact: a thread that read a slot's key, then lost the
-//! race to a double free of that key, can swap the value of a new entry
+//! race to a double free of that key, can take the value of a new entry
 //! that reused the slot meanwhile. It notices (the slot's key is no longer
 //! its key), puts the value back and looks on; a removal of that new entry
 //! in those few instructions reads 0 and misses it. That needs a double
@@ -156,11 +157,20 @@ impl AllocTable {
             if k != key {
                 continue;
             }
-            // The one read-modify-write: a nonzero value makes us the owner
-            // of this removal. Acquire pairs with the insert's Release of
-            // the value, so the key read next is the value's owner's.
-            let v = self.vals[i].swap(0, Ordering::Acquire);
-            if v == 0 {
+            // The one read-modify-write: taking a nonzero value makes us
+            // the owner of this removal. Acquire pairs with the insert's
+            // Release of the value, so the key read next is the value's
+            // owner's. A compare-exchange rather than a swap: the loser of
+            // a double free writes nothing (a losing swap's 0 lands right
+            // after the winner's in C++'s model, but loom orders it against
+            // a later insert's store only partially and reports a lost
+            // value).
+            let v = self.vals[i].load(Ordering::Relaxed);
+            if v == 0
+                || self.vals[i]
+                    .compare_exchange(v, 0, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
                 continue;
             }
             if self.keys[i].load(Ordering::Relaxed) != key {
@@ -228,6 +238,16 @@ impl AllocTable {
             .count()
     }
 
+    pub fn dump(&self) -> Vec<(u64, u64)> {
+        (0..self.capacity())
+            .map(|i| {
+                (
+                    self.keys[i].load(Ordering::SeqCst),
+                    self.vals[i].load(Ordering::SeqCst),
+                )
+            })
+            .collect()
+    }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -77,7 +77,9 @@ fn disjoint_threads_keep_every_value() {
                 let (mut put, mut took, mut refused) = (0u64, 0u64, 0u64);
                 for round in 0..2000u64 {
                     // 64 live pointers per thread, 2 MiB apart.
-                    let keys: Vec<u64> = (0..64).map(|i| ((th * 64 + i + 1) << 21) | 0x7f00_0000_0000).collect();
+                    let keys: Vec<u64> = (0..64)
+                        .map(|i| ((th * 64 + i + 1) << 21) | 0x7f00_0000_0000)
+                        .collect();
                     for (i, &k) in keys.iter().enumerate() {
                         let v = round * 64 + i as u64 + 1;
                         if t.insert(k, v) {
@@ -118,10 +120,17 @@ fn racing_removers_take_each_value_once() {
         let hs: Vec<_> = (0..2)
             .map(|_| {
                 let (t, keys) = (t.clone(), keys.clone());
-                std::thread::spawn(move || keys.iter().filter_map(|&k| t.remove(k)).collect::<Vec<u64>>())
+                std::thread::spawn(move || {
+                    keys.iter()
+                        .filter_map(|&k| t.remove(k))
+                        .collect::<Vec<u64>>()
+                })
             })
             .collect();
-        let mut all: Vec<u64> = hs.into_iter().flat_map(|h| h.join().expect("remover")).collect();
+        let mut all: Vec<u64> = hs
+            .into_iter()
+            .flat_map(|h| h.join().expect("remover"))
+            .collect();
         all.sort_unstable();
         assert_eq!(all, (1..=256).collect::<Vec<u64>>());
         assert!(t.is_empty());
@@ -138,12 +147,21 @@ fn a_sweep_and_removers_take_each_value_once() {
         }
         let remover = {
             let t = t.clone();
-            std::thread::spawn(move || (1..=256u64).rev().filter_map(|i| t.remove(i << 21)).collect::<Vec<u64>>())
+            std::thread::spawn(move || {
+                (1..=256u64)
+                    .rev()
+                    .filter_map(|i| t.remove(i << 21))
+                    .collect::<Vec<u64>>()
+            })
         };
-        let mut all: Vec<u64> = t.take_matching(|_, _| true).into_iter().map(|(k, v)| {
-            assert_eq!(k >> 21, v, "a sweep reports the key with its value");
-            v
-        }).collect();
+        let mut all: Vec<u64> = t
+            .take_matching(|_, _| true)
+            .into_iter()
+            .map(|(k, v)| {
+                assert_eq!(k >> 21, v, "a sweep reports the key with its value");
+                v
+            })
+            .collect();
         all.extend(remover.join().expect("remover"));
         all.sort_unstable();
         assert_eq!(all, (1..=256).collect::<Vec<u64>>());
