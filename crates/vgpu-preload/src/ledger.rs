@@ -6,8 +6,10 @@
 //! Must never decide policy (what to charge is `memory`'s) or call a driver.
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use vgpu_alloc_table::AllocTable;
 
 use vgpu_region::limits::DeviceLimit;
 use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Phase, Region, SlotId, Unusable};
@@ -716,6 +718,48 @@ pub struct Charge {
     pub ctx: usize,
 }
 
+/// A [`Charge`] packed into one nonzero word for the lock-free table:
+/// bytes in the low [`PACK_BYTES`] bits, then the ordinal (4 bits), the
+/// kind (2 bits) and a present bit (so no packed charge is 0, the table's
+/// "absent").
+const PACK_BYTES: u32 = 57;
+const PACK_DEV: u32 = PACK_BYTES;
+const PACK_KIND: u32 = PACK_DEV + 4;
+const PACK_PRESENT: u64 = 1 << 63;
+// Every size the ledger admits fits the bytes field.
+const _: () = assert!(vgpu_region::MAX_RESERVATION < 1 << PACK_BYTES);
+const _: () = assert!(PACK_KIND + 2 == 63);
+
+impl Charge {
+    /// The word for the lock-free table, when the charge fits one: in the
+    /// primary context (a charge in a created context carries its handle),
+    /// ordinal < 16, bytes ≤ `MAX_RESERVATION` (all a reservation admits).
+    fn pack(&self) -> Option<u64> {
+        if self.ctx != 0 || self.dev >= 16 || self.bytes > vgpu_region::MAX_RESERVATION {
+            return None;
+        }
+        let kind: u64 = match self.kind {
+            Kind::Context => 0,
+            Kind::Module => 1,
+            Kind::Data => 2,
+        };
+        Some(PACK_PRESENT | kind << PACK_KIND | u64::from(self.dev) << PACK_DEV | self.bytes)
+    }
+
+    fn unpack(w: u64) -> Charge {
+        Charge {
+            dev: ((w >> PACK_DEV) & 0xf) as u32,
+            kind: match (w >> PACK_KIND) & 3 {
+                0 => Kind::Context,
+                1 => Kind::Module,
+                _ => Kind::Data,
+            },
+            bytes: w & ((1 << PACK_BYTES) - 1),
+            ctx: 0,
+        }
+    }
+}
+
 /// A device's primary context as this process retained it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Primary {
@@ -807,8 +851,11 @@ pub type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<KeyHasher>>;
 /// the ledger: the region holds the totals).
 #[derive(Default)]
 pub struct Tables {
-    /// Linear/managed/pitched allocations by device pointer.
-    pub allocs: Map<u64, Charge>,
+    /// Linear/managed/pitched allocations by device pointer that the
+    /// lock-free table ([`Charges::put_alloc`]) could not take: private,
+    /// so every access goes through the `Charges`/[`TablesGuard`] methods
+    /// that look in both places.
+    allocs: Map<u64, Charge>,
     /// Stream-ordered allocations: pointer -> pool.
     pub async_ptrs: Map<u64, usize>,
     pub pools: Map<usize, PoolCharge>,
@@ -825,27 +872,175 @@ pub struct Tables {
     pub ctxs: Map<usize, Charge>,
 }
 
+/// Slots of the lock-free allocation table (64 KiB): a process with more
+/// live allocations than its windows hold keeps the rest in the map.
+const ALLOC_TABLE_SLOTS: usize = 4096;
+
 /// The charge tables of one process, each behind its own short lock (never
 /// held across a driver call, except `primary`: a retain count must move
 /// with the driver's own, and `graphs`: a graph launch is admitted, made
 /// and settled as one step, so two launches never count on the same
 /// memory).
-#[derive(Default)]
+///
+/// Linear allocations (the `cuMemAlloc`/`cuMemFree` hot path) live in a
+/// lock-free table when their charge packs into a word (see
+/// [`Charge::pack`]: the common case, an allocation in the primary
+/// context), else in `Tables::allocs`; [`Charges::put_alloc`],
+/// [`Charges::take_alloc_or`] and [`Charges::take_allocs`] (and their
+/// [`TablesGuard`] forms for a caller holding the lock) are the only way
+/// in or out, so nothing misses an entry in one place or the other.
 pub struct Charges {
-    pub tables: Mutex<Tables>,
+    tables: Mutex<Tables>,
     /// Primary-context retain count, charge and handle per device.
     pub primary: Mutex<Map<u32, Primary>>,
     pub graphs: Mutex<Graphs>,
     /// Executables with memory nodes (`graphs.execs.len()`): a launch of
     /// any other graph costs this one load.
     pub graph_execs: std::sync::atomic::AtomicUsize,
+    /// Linear allocations whose charge packs into a word.
+    fast: AllocTable,
+    /// CUDA ordinals (< 32) on which this process has created contexts
+    /// (`Tables::ctxs`), one bit each, so an allocation asks "in a created
+    /// context?" with one load. Written only under the tables lock, by
+    /// [`TablesGuard`]'s drop, after any change to `ctxs`.
+    ctx_devs: AtomicU32,
+}
+
+impl Default for Charges {
+    fn default() -> Charges {
+        Charges {
+            tables: Mutex::default(),
+            primary: Mutex::default(),
+            graphs: Mutex::default(),
+            graph_execs: std::sync::atomic::AtomicUsize::new(0),
+            fast: AllocTable::new(ALLOC_TABLE_SLOTS),
+            ctx_devs: AtomicU32::new(0),
+        }
+    }
+}
+
+/// The tables, locked. Dropping it republishes [`Charges::ctx_devs`] from
+/// `ctxs` (still under the lock), whatever the holder changed.
+pub struct TablesGuard<'a> {
+    t: MutexGuard<'a, Tables>,
+    charges: &'a Charges,
+}
+
+impl std::ops::Deref for TablesGuard<'_> {
+    type Target = Tables;
+    fn deref(&self) -> &Tables {
+        &self.t
+    }
+}
+
+impl std::ops::DerefMut for TablesGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Tables {
+        &mut self.t
+    }
+}
+
+impl Drop for TablesGuard<'_> {
+    fn drop(&mut self) {
+        let mask = self
+            .t
+            .ctxs
+            .values()
+            .filter(|c| c.dev < 32)
+            .fold(0u32, |m, c| m | 1 << c.dev);
+        // Release: a thread that later sees the bit (Acquire) sees the
+        // context's entry; only lock holders store, so a plain store is
+        // enough.
+        if self.charges.ctx_devs.load(Ordering::Relaxed) != mask {
+            self.charges.ctx_devs.store(mask, Ordering::Release);
+        }
+    }
+}
+
+impl TablesGuard<'_> {
+    /// [`Charges::put_alloc`] for a caller holding the lock.
+    pub fn put_alloc(&mut self, ptr: u64, c: Charge) {
+        if !c.pack().is_some_and(|w| self.charges.fast.insert(ptr, w)) {
+            self.t.allocs.insert(ptr, c);
+        }
+    }
+
+    /// Takes `ptr`'s charge from the table or the map. Under the lock,
+    /// the table too is looked at again: an entry may have moved there
+    /// under the lock since a lock-free look missed it (`pool_destroy`
+    /// moves a pool's live pointers into the allocations).
+    pub fn take_alloc(&mut self, ptr: u64) -> Option<Charge> {
+        match self.charges.fast.remove(ptr) {
+            Some(w) => Some(Charge::unpack(w)),
+            None => self.t.allocs.remove(&ptr),
+        }
+    }
 }
 
 impl Charges {
-    pub fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
-        // A poisoned lock only means a panic elsewhere mid-update; the maps
-        // are still usable and the library must keep serving.
-        self.tables.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn tables(&self) -> TablesGuard<'_> {
+        TablesGuard {
+            // A poisoned lock only means a panic elsewhere mid-update; the
+            // maps are still usable and the library must keep serving.
+            t: self.tables.lock().unwrap_or_else(|e| e.into_inner()),
+            charges: self,
+        }
+    }
+
+    /// Records a linear allocation's charge: the lock-free table when it
+    /// packs and its window has room, else the map.
+    pub fn put_alloc(&self, ptr: u64, c: Charge) {
+        if !c.pack().is_some_and(|w| self.fast.insert(ptr, w)) {
+            self.tables().allocs.insert(ptr, c);
+        }
+    }
+
+    /// Takes `ptr`'s allocation charge (`Ok`), lock-free when it is in the
+    /// table; else, under the tables lock, from the map, or `other` runs
+    /// there (in the same lock hold, so an entry moving between the two
+    /// under the lock is seen in one or the other) and its answer is the
+    /// `Err`.
+    pub fn take_alloc_or<R>(
+        &self,
+        ptr: u64,
+        other: impl FnOnce(&mut Tables) -> R,
+    ) -> Result<Charge, R> {
+        if let Some(w) = self.fast.remove(ptr) {
+            return Ok(Charge::unpack(w));
+        }
+        let mut t = self.tables();
+        match t.take_alloc(ptr) {
+            Some(c) => Ok(c),
+            None => Err(other(&mut t)),
+        }
+    }
+
+    /// Takes every allocation charge `hit` picks (a context's teardown).
+    pub fn take_allocs(&self, hit: impl Fn(&Charge) -> bool) -> Vec<Charge> {
+        let mut t = self.tables();
+        let mut gone = Vec::new();
+        t.allocs.retain(|_, c| {
+            let h = hit(c);
+            if h {
+                gone.push(*c);
+            }
+            !h
+        });
+        gone.extend(
+            self.fast
+                .take_matching(|_, w| hit(&Charge::unpack(w)))
+                .into_iter()
+                .map(|(_, w)| Charge::unpack(w)),
+        );
+        gone
+    }
+
+    /// Whether this process has created a context on CUDA ordinal `dev`
+    /// (one load for ordinals < 32, the table lock past them).
+    pub fn created_ctx_on(&self, dev: u32) -> bool {
+        match 1u32.checked_shl(dev) {
+            Some(bit) => self.ctx_devs.load(Ordering::Acquire) & bit != 0,
+            None => self.tables().ctxs.values().any(|c| c.dev == dev),
+        }
     }
 
     pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, Primary>> {
