@@ -1121,4 +1121,123 @@ mod tests {
             .collect();
         assert!(low.len() > 128, "only {} distinct low bytes", low.len());
     }
+
+    fn data(dev: u32, bytes: u64, ctx: usize) -> Charge {
+        Charge {
+            dev,
+            kind: DATA,
+            bytes,
+            ctx,
+        }
+    }
+
+    #[test]
+    fn charges_pack_into_a_word_only_when_they_fit() {
+        let max = vgpu_region::MAX_RESERVATION;
+        for c in [
+            data(0, 1, 0),
+            data(15, max, 0),
+            Charge {
+                kind: CONTEXT,
+                ..data(3, 8 << 20, 0)
+            },
+            Charge {
+                kind: MODULE,
+                ..data(7, 0, 0)
+            },
+        ] {
+            let w = c.pack().expect("fits");
+            assert_ne!(w, 0, "0 is the table's absent");
+            assert_eq!(Charge::unpack(w), c);
+        }
+        // A created context's handle, an ordinal past 15, a size past any
+        // reservation: kept in the map.
+        for c in [data(0, 1, 0x5000), data(16, 1, 0), data(0, max + 1, 0)] {
+            assert_eq!(c.pack(), None, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn allocations_are_found_wherever_they_were_put() {
+        let ch = Charges::default();
+        // More than the table holds, and some that never pack: both the
+        // table and the map must be in use.
+        let put: Vec<(u64, Charge)> = (1..=5000u64)
+            .map(|i| {
+                let c = match i % 10 {
+                    0 => data(20, i, 0),
+                    1 => data(0, i, 0x7000),
+                    _ => data((i % 4) as u32, i, 0),
+                };
+                ((0x7f00 << 32) + (i << 21), c)
+            })
+            .collect();
+        for &(p, c) in &put {
+            ch.put_alloc(p, c);
+        }
+        assert!(ch.fast.len() > 3000, "table holds {}", ch.fast.len());
+        assert!(ch.tables().allocs.len() > 1000);
+        assert_eq!(ch.fast.len() + ch.tables().allocs.len(), put.len());
+        for &(p, c) in &put {
+            assert_eq!(ch.take_alloc_or(p, |_| "miss"), Ok(c));
+            assert_eq!(ch.take_alloc_or(p, |_| "miss"), Err("miss"), "taken twice");
+        }
+        assert!(ch.fast.is_empty());
+        assert!(ch.tables().allocs.is_empty());
+    }
+
+    #[test]
+    fn a_lock_holder_puts_and_takes_in_both_places() {
+        let ch = Charges::default();
+        {
+            let mut t = ch.tables();
+            t.put_alloc(1 << 21, data(0, 5, 0));
+            t.put_alloc(2 << 21, data(0, 6, 9));
+        }
+        assert_eq!((ch.fast.len(), ch.tables().allocs.len()), (1, 1));
+        // The lock-free look finds the first, the guard's the second.
+        assert_eq!(ch.take_alloc_or(1 << 21, |_| ()), Ok(data(0, 5, 0)));
+        assert_eq!(ch.tables().take_alloc(2 << 21), Some(data(0, 6, 9)));
+        assert_eq!(ch.tables().take_alloc(1 << 21), None);
+    }
+
+    #[test]
+    fn a_sweep_takes_matches_from_the_table_and_the_map() {
+        let ch = Charges::default();
+        ch.put_alloc(1 << 21, data(0, 1, 0)); // table
+        ch.put_alloc(2 << 21, data(20, 2, 0)); // map: ordinal
+        ch.put_alloc(3 << 21, data(0, 4, 0x9000)); // map: created context
+        ch.put_alloc(4 << 21, data(1, 8, 0)); // table, other device
+        let mut gone: Vec<u64> = ch
+            .take_allocs(|c| c.ctx == 0 && c.dev != 1)
+            .iter()
+            .map(|c| c.bytes)
+            .collect();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![1, 2]);
+        assert_eq!(ch.take_alloc_or(1 << 21, |_| ()), Err(()));
+        assert_eq!(ch.take_alloc_or(2 << 21, |_| ()), Err(()));
+        assert_eq!(ch.take_alloc_or(3 << 21, |_| ()), Ok(data(0, 4, 0x9000)));
+        assert_eq!(ch.take_alloc_or(4 << 21, |_| ()), Ok(data(1, 8, 0)));
+    }
+
+    #[test]
+    fn created_context_devices_follow_the_contexts_table() {
+        let ch = Charges::default();
+        assert!(!ch.created_ctx_on(3));
+        ch.tables().ctxs.insert(0xa, data(3, 8, 0));
+        ch.tables().ctxs.insert(0xb, data(3, 8, 0));
+        ch.tables().ctxs.insert(0xc, data(40, 8, 0));
+        assert!(ch.created_ctx_on(3));
+        assert!(!ch.created_ctx_on(2));
+        // Past the bitmask's 32 ordinals: the table is asked.
+        assert!(ch.created_ctx_on(40));
+        assert!(!ch.created_ctx_on(41));
+        ch.tables().ctxs.remove(&0xa);
+        assert!(ch.created_ctx_on(3), "one context left there");
+        ch.tables().ctxs.remove(&0xb);
+        ch.tables().ctxs.remove(&0xc);
+        assert!(!ch.created_ctx_on(3));
+        assert!(!ch.created_ctx_on(40));
+    }
 }
