@@ -83,6 +83,7 @@ impl std::fmt::Debug for AllocTable {
 /// The slot a key's window starts at: the folded 64×64→128 multiply of
 /// the interposer's `KeyHasher` (device pointers are aligned: their low
 /// bits, which pick the slot, are zero until mixed).
+#[inline]
 fn hash(key: u64) -> u64 {
     let m = u128::from(key).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
     (m as u64) ^ ((m >> 64) as u64)
@@ -107,6 +108,7 @@ impl AllocTable {
     }
 
     /// The slots `key` may live in, in probe order.
+    #[inline]
     fn window(&self, key: u64) -> impl Iterator<Item = usize> + '_ {
         let start = hash(key) as usize;
         (0..self.window).map(move |i| start.wrapping_add(i) & self.mask)
@@ -116,6 +118,7 @@ impl AllocTable {
     /// window has no free slot, or `key` is [`EMPTY`]/[`TOMBSTONE`], or
     /// `val` is 0 (the caller keeps the entry elsewhere). The caller must
     /// not insert a key that is present.
+    #[inline]
     pub fn insert(&self, key: u64, val: u64) -> bool {
         if key == EMPTY || key == TOMBSTONE || val == 0 {
             return false;
@@ -142,6 +145,7 @@ impl AllocTable {
 
     /// Removes `key` and returns its value; `None` when it is not in the
     /// table (or another thread removed it at the same time).
+    #[inline]
     pub fn remove(&self, key: u64) -> Option<u64> {
         if key == EMPTY || key == TOMBSTONE {
             return None;

@@ -747,13 +747,11 @@ impl Charge {
     }
 
     fn unpack(w: u64) -> Charge {
+        // A lookup, not a match: 3 never occurs (it reads as data).
+        const KINDS: [Kind; 4] = [Kind::Context, Kind::Module, Kind::Data, Kind::Data];
         Charge {
             dev: ((w >> PACK_DEV) & 0xf) as u32,
-            kind: match (w >> PACK_KIND) & 3 {
-                0 => Kind::Context,
-                1 => Kind::Module,
-                _ => Kind::Data,
-            },
+            kind: KINDS[((w >> PACK_KIND) & 3) as usize],
             bytes: w & ((1 << PACK_BYTES) - 1),
             ctx: 0,
         }
@@ -988,10 +986,19 @@ impl Charges {
 
     /// Records a linear allocation's charge: the lock-free table when it
     /// packs and its window has room, else the map.
+    #[inline]
     pub fn put_alloc(&self, ptr: u64, c: Charge) {
         if !c.pack().is_some_and(|w| self.fast.insert(ptr, w)) {
-            self.tables().allocs.insert(ptr, c);
+            self.put_alloc_locked(ptr, c);
         }
+    }
+
+    /// The map's side of `put_alloc`, out of line: the common path stays
+    /// free of the lock's and the map's code.
+    #[cold]
+    #[inline(never)]
+    fn put_alloc_locked(&self, ptr: u64, c: Charge) {
+        self.tables().allocs.insert(ptr, c);
     }
 
     /// Takes `ptr`'s allocation charge (`Ok`), lock-free when it is in the
@@ -999,14 +1006,26 @@ impl Charges {
     /// there (in the same lock hold, so an entry moving between the two
     /// under the lock is seen in one or the other) and its answer is the
     /// `Err`.
+    #[inline]
     pub fn take_alloc_or<R>(
         &self,
         ptr: u64,
         other: impl FnOnce(&mut Tables) -> R,
     ) -> Result<Charge, R> {
-        if let Some(w) = self.fast.remove(ptr) {
-            return Ok(Charge::unpack(w));
+        match self.fast.remove(ptr) {
+            Some(w) => Ok(Charge::unpack(w)),
+            None => self.take_alloc_locked(ptr, other),
         }
+    }
+
+    /// The locked side of `take_alloc_or`, out of line (see `put_alloc_locked`).
+    #[cold]
+    #[inline(never)]
+    fn take_alloc_locked<R>(
+        &self,
+        ptr: u64,
+        other: impl FnOnce(&mut Tables) -> R,
+    ) -> Result<Charge, R> {
         let mut t = self.tables();
         match t.take_alloc(ptr) {
             Some(c) => Ok(c),
@@ -1036,11 +1055,18 @@ impl Charges {
 
     /// Whether this process has created a context on CUDA ordinal `dev`
     /// (one load for ordinals < 32, the table lock past them).
+    #[inline]
     pub fn created_ctx_on(&self, dev: u32) -> bool {
         match 1u32.checked_shl(dev) {
             Some(bit) => self.ctx_devs.load(Ordering::Acquire) & bit != 0,
-            None => self.tables().ctxs.values().any(|c| c.dev == dev),
+            None => self.created_ctx_on_locked(dev),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn created_ctx_on_locked(&self, dev: u32) -> bool {
+        self.tables().ctxs.values().any(|c| c.dev == dev)
     }
 
     pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, Primary>> {

@@ -104,15 +104,10 @@ impl Mem<'_> {
     /// in (see [`Charge::ctx`]): 0, the primary context, unless this
     /// process created contexts on `dev` (one load), when the driver is
     /// asked.
+    #[inline]
     fn charge(&self, dev: u32, kind: Kind, bytes: u64) -> Charge {
         let ctx = if self.charges.created_ctx_on(dev) {
-            let cur = self.drv.ctx_current().map_or(0, |c| c.0 as usize);
-            let primary = self.charges.primary().get(&dev).map_or(0, |p| p.handle);
-            if cur == primary {
-                0
-            } else {
-                cur
-            }
+            self.context_key(dev)
         } else {
             0
         };
@@ -121,6 +116,20 @@ impl Mem<'_> {
             kind,
             bytes,
             ctx,
+        }
+    }
+
+    /// The current context as [`Charge::ctx`] keys it (0: `dev`'s
+    /// primary), out of line: the common path asks no driver.
+    #[cold]
+    #[inline(never)]
+    fn context_key(&self, dev: u32) -> usize {
+        let cur = self.drv.ctx_current().map_or(0, |c| c.0 as usize);
+        let primary = self.charges.primary().get(&dev).map_or(0, |p| p.handle);
+        if cur == primary {
+            0
+        } else {
+            cur
         }
     }
 
