@@ -866,7 +866,8 @@ pub struct Tables {
     pub mappings: std::collections::BTreeMap<u64, (u64, u64)>,
     /// Arrays and mipmapped arrays by handle.
     pub arrays: Map<usize, Charge>,
-    /// Contexts created with `cuCtxCreate*`.
+    /// Contexts created with `cuCtxCreate*` (their devices mirrored in
+    /// `Charges::ctx_devs` by [`TablesGuard`]'s drop).
     pub ctxs: Map<usize, Charge>,
 }
 
