@@ -6,8 +6,10 @@
 //! Must never decide policy (what to charge is `memory`'s) or call a driver.
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use vgpu_alloc_table::AllocTable;
 
 use vgpu_region::limits::DeviceLimit;
 use vgpu_region::{CreateOptions, DeviceConfig, MemKind, Phase, Region, SlotId, Unusable};
@@ -703,6 +705,46 @@ pub struct Charge {
     pub ctx: usize,
 }
 
+/// A [`Charge`] packed into one nonzero word for the lock-free table:
+/// bytes in the low [`PACK_BYTES`] bits, then the ordinal (4 bits), the
+/// kind (2 bits) and a present bit (so no packed charge is 0, the table's
+/// "absent").
+const PACK_BYTES: u32 = 57;
+const PACK_DEV: u32 = PACK_BYTES;
+const PACK_KIND: u32 = PACK_DEV + 4;
+const PACK_PRESENT: u64 = 1 << 63;
+// Every size the ledger admits fits the bytes field.
+const _: () = assert!(vgpu_region::MAX_RESERVATION < 1 << PACK_BYTES);
+const _: () = assert!(PACK_KIND + 2 == 63);
+
+impl Charge {
+    /// The word for the lock-free table, when the charge fits one: in the
+    /// primary context (a charge in a created context carries its handle),
+    /// ordinal < 16, bytes ≤ `MAX_RESERVATION` (all a reservation admits).
+    fn pack(&self) -> Option<u64> {
+        if self.ctx != 0 || self.dev >= 16 || self.bytes > vgpu_region::MAX_RESERVATION {
+            return None;
+        }
+        let kind: u64 = match self.kind {
+            Kind::Context => 0,
+            Kind::Module => 1,
+            Kind::Data => 2,
+        };
+        Some(PACK_PRESENT | kind << PACK_KIND | u64::from(self.dev) << PACK_DEV | self.bytes)
+    }
+
+    fn unpack(w: u64) -> Charge {
+        // A lookup, not a match: 3 never occurs (it reads as data).
+        const KINDS: [Kind; 4] = [Kind::Context, Kind::Module, Kind::Data, Kind::Data];
+        Charge {
+            dev: ((w >> PACK_DEV) & 0xf) as u32,
+            kind: KINDS[((w >> PACK_KIND) & 3) as usize],
+            bytes: w & ((1 << PACK_BYTES) - 1),
+            ctx: 0,
+        }
+    }
+}
+
 /// A device's primary context as this process retained it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Primary {
@@ -794,8 +836,11 @@ pub type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<KeyHasher>>;
 /// the ledger: the region holds the totals).
 #[derive(Default)]
 pub struct Tables {
-    /// Linear/managed/pitched allocations by device pointer.
-    pub allocs: Map<u64, Charge>,
+    /// Linear/managed/pitched allocations by device pointer that the
+    /// lock-free table ([`Charges::put_alloc`]) could not take: private,
+    /// so every access goes through the `Charges`/[`TablesGuard`] methods
+    /// that look in both places.
+    allocs: Map<u64, Charge>,
     /// Stream-ordered allocations: pointer -> pool.
     pub async_ptrs: Map<u64, usize>,
     pub pools: Map<usize, PoolCharge>,
@@ -808,31 +853,208 @@ pub struct Tables {
     pub mappings: std::collections::BTreeMap<u64, (u64, u64)>,
     /// Arrays and mipmapped arrays by handle.
     pub arrays: Map<usize, Charge>,
-    /// Contexts created with `cuCtxCreate*`.
+    /// Contexts created with `cuCtxCreate*` (their devices mirrored in
+    /// `Charges::ctx_devs` by [`TablesGuard`]'s drop).
     pub ctxs: Map<usize, Charge>,
 }
+
+/// Slots of the lock-free allocation table (64 KiB): a process with more
+/// live allocations than its windows hold keeps the rest in the map.
+const ALLOC_TABLE_SLOTS: usize = 4096;
 
 /// The charge tables of one process, each behind its own short lock (never
 /// held across a driver call, except `primary`: a retain count must move
 /// with the driver's own, and `graphs`: a graph launch is admitted, made
 /// and settled as one step, so two launches never count on the same
 /// memory).
-#[derive(Default)]
+///
+/// Linear allocations (the `cuMemAlloc`/`cuMemFree` hot path) live in a
+/// lock-free table when their charge packs into a word (see
+/// [`Charge::pack`]: the common case, an allocation in the primary
+/// context), else in `Tables::allocs`; [`Charges::put_alloc`],
+/// [`Charges::take_alloc_or`] and [`Charges::take_allocs`] (and their
+/// [`TablesGuard`] forms for a caller holding the lock) are the only way
+/// in or out, so nothing misses an entry in one place or the other.
 pub struct Charges {
-    pub tables: Mutex<Tables>,
+    tables: Mutex<Tables>,
     /// Primary-context retain count, charge and handle per device.
     pub primary: Mutex<Map<u32, Primary>>,
     pub graphs: Mutex<Graphs>,
     /// Executables with memory nodes (`graphs.execs.len()`): a launch of
     /// any other graph costs this one load.
     pub graph_execs: std::sync::atomic::AtomicUsize,
+    /// Linear allocations whose charge packs into a word.
+    fast: AllocTable,
+    /// CUDA ordinals (< 32) on which this process has created contexts
+    /// (`Tables::ctxs`), one bit each, so an allocation asks "in a created
+    /// context?" with one load. Written only under the tables lock, by
+    /// [`TablesGuard`]'s drop, after any change to `ctxs`.
+    ctx_devs: AtomicU32,
+}
+
+impl Default for Charges {
+    fn default() -> Charges {
+        Charges {
+            tables: Mutex::default(),
+            primary: Mutex::default(),
+            graphs: Mutex::default(),
+            graph_execs: std::sync::atomic::AtomicUsize::new(0),
+            fast: AllocTable::new(ALLOC_TABLE_SLOTS),
+            ctx_devs: AtomicU32::new(0),
+        }
+    }
+}
+
+/// The tables, locked. Dropping it republishes [`Charges::ctx_devs`] from
+/// `ctxs` (still under the lock), whatever the holder changed.
+pub struct TablesGuard<'a> {
+    t: MutexGuard<'a, Tables>,
+    charges: &'a Charges,
+}
+
+impl std::ops::Deref for TablesGuard<'_> {
+    type Target = Tables;
+    fn deref(&self) -> &Tables {
+        &self.t
+    }
+}
+
+impl std::ops::DerefMut for TablesGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Tables {
+        &mut self.t
+    }
+}
+
+impl Drop for TablesGuard<'_> {
+    fn drop(&mut self) {
+        let mask = self
+            .t
+            .ctxs
+            .values()
+            .filter(|c| c.dev < 32)
+            .fold(0u32, |m, c| m | 1 << c.dev);
+        // Release: a thread that later sees the bit (Acquire) sees the
+        // context's entry; only lock holders store, so a plain store is
+        // enough.
+        if self.charges.ctx_devs.load(Ordering::Relaxed) != mask {
+            self.charges.ctx_devs.store(mask, Ordering::Release);
+        }
+    }
+}
+
+impl TablesGuard<'_> {
+    /// [`Charges::put_alloc`] for a caller holding the lock.
+    pub fn put_alloc(&mut self, ptr: u64, c: Charge) {
+        if !c.pack().is_some_and(|w| self.charges.fast.insert(ptr, w)) {
+            self.t.allocs.insert(ptr, c);
+        }
+    }
+
+    /// Takes `ptr`'s charge from the table or the map. Under the lock,
+    /// the table too is looked at again: an entry may have moved there
+    /// under the lock since a lock-free look missed it (`pool_destroy`
+    /// moves a pool's live pointers into the allocations).
+    pub fn take_alloc(&mut self, ptr: u64) -> Option<Charge> {
+        match self.charges.fast.remove(ptr) {
+            Some(w) => Some(Charge::unpack(w)),
+            None => self.t.allocs.remove(&ptr),
+        }
+    }
 }
 
 impl Charges {
-    pub fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
-        // A poisoned lock only means a panic elsewhere mid-update; the maps
-        // are still usable and the library must keep serving.
-        self.tables.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn tables(&self) -> TablesGuard<'_> {
+        TablesGuard {
+            // A poisoned lock only means a panic elsewhere mid-update; the
+            // maps are still usable and the library must keep serving.
+            t: self.tables.lock().unwrap_or_else(|e| e.into_inner()),
+            charges: self,
+        }
+    }
+
+    /// Records a linear allocation's charge: the lock-free table when it
+    /// packs and its window has room, else the map.
+    #[inline]
+    pub fn put_alloc(&self, ptr: u64, c: Charge) {
+        if !c.pack().is_some_and(|w| self.fast.insert(ptr, w)) {
+            self.put_alloc_locked(ptr, c);
+        }
+    }
+
+    /// The map's side of `put_alloc`, out of line: the common path stays
+    /// free of the lock's and the map's code.
+    #[cold]
+    #[inline(never)]
+    fn put_alloc_locked(&self, ptr: u64, c: Charge) {
+        self.tables().allocs.insert(ptr, c);
+    }
+
+    /// Takes `ptr`'s allocation charge (`Ok`), lock-free when it is in the
+    /// table; else, under the tables lock, from the map, or `other` runs
+    /// there (in the same lock hold, so an entry moving between the two
+    /// under the lock is seen in one or the other) and its answer is the
+    /// `Err`.
+    #[inline]
+    pub fn take_alloc_or<R>(
+        &self,
+        ptr: u64,
+        other: impl FnOnce(&mut Tables) -> R,
+    ) -> Result<Charge, R> {
+        match self.fast.remove(ptr) {
+            Some(w) => Ok(Charge::unpack(w)),
+            None => self.take_alloc_locked(ptr, other),
+        }
+    }
+
+    /// The locked side of `take_alloc_or`, out of line (see `put_alloc_locked`).
+    #[cold]
+    #[inline(never)]
+    fn take_alloc_locked<R>(
+        &self,
+        ptr: u64,
+        other: impl FnOnce(&mut Tables) -> R,
+    ) -> Result<Charge, R> {
+        let mut t = self.tables();
+        match t.take_alloc(ptr) {
+            Some(c) => Ok(c),
+            None => Err(other(&mut t)),
+        }
+    }
+
+    /// Takes every allocation charge `hit` picks (a context's teardown).
+    pub fn take_allocs(&self, hit: impl Fn(&Charge) -> bool) -> Vec<Charge> {
+        let mut t = self.tables();
+        let mut gone = Vec::new();
+        t.allocs.retain(|_, c| {
+            let h = hit(c);
+            if h {
+                gone.push(*c);
+            }
+            !h
+        });
+        gone.extend(
+            self.fast
+                .take_matching(|_, w| hit(&Charge::unpack(w)))
+                .into_iter()
+                .map(|(_, w)| Charge::unpack(w)),
+        );
+        gone
+    }
+
+    /// Whether this process has created a context on CUDA ordinal `dev`
+    /// (one load for ordinals < 32, the table lock past them).
+    #[inline]
+    pub fn created_ctx_on(&self, dev: u32) -> bool {
+        match 1u32.checked_shl(dev) {
+            Some(bit) => self.ctx_devs.load(Ordering::Acquire) & bit != 0,
+            None => self.created_ctx_on_locked(dev),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn created_ctx_on_locked(&self, dev: u32) -> bool {
+        self.tables().ctxs.values().any(|c| c.dev == dev)
     }
 
     pub fn primary(&self) -> std::sync::MutexGuard<'_, Map<u32, Primary>> {
@@ -950,5 +1172,124 @@ mod tests {
             .map(|i| b.hash_one(0x7f00_0000_0000 + (i << 21)) & 0xff)
             .collect();
         assert!(low.len() > 128, "only {} distinct low bytes", low.len());
+    }
+
+    fn data(dev: u32, bytes: u64, ctx: usize) -> Charge {
+        Charge {
+            dev,
+            kind: DATA,
+            bytes,
+            ctx,
+        }
+    }
+
+    #[test]
+    fn charges_pack_into_a_word_only_when_they_fit() {
+        let max = vgpu_region::MAX_RESERVATION;
+        for c in [
+            data(0, 1, 0),
+            data(15, max, 0),
+            Charge {
+                kind: CONTEXT,
+                ..data(3, 8 << 20, 0)
+            },
+            Charge {
+                kind: MODULE,
+                ..data(7, 0, 0)
+            },
+        ] {
+            let w = c.pack().expect("fits");
+            assert_ne!(w, 0, "0 is the table's absent");
+            assert_eq!(Charge::unpack(w), c);
+        }
+        // A created context's handle, an ordinal past 15, a size past any
+        // reservation: kept in the map.
+        for c in [data(0, 1, 0x5000), data(16, 1, 0), data(0, max + 1, 0)] {
+            assert_eq!(c.pack(), None, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn allocations_are_found_wherever_they_were_put() {
+        let ch = Charges::default();
+        // More than the table holds, and some that never pack: both the
+        // table and the map must be in use.
+        let put: Vec<(u64, Charge)> = (1..=5000u64)
+            .map(|i| {
+                let c = match i % 10 {
+                    0 => data(20, i, 0),
+                    1 => data(0, i, 0x7000),
+                    _ => data((i % 4) as u32, i, 0),
+                };
+                ((0x7f00 << 32) + (i << 21), c)
+            })
+            .collect();
+        for &(p, c) in &put {
+            ch.put_alloc(p, c);
+        }
+        assert!(ch.fast.len() > 3000, "table holds {}", ch.fast.len());
+        assert!(ch.tables().allocs.len() > 1000);
+        assert_eq!(ch.fast.len() + ch.tables().allocs.len(), put.len());
+        for &(p, c) in &put {
+            assert_eq!(ch.take_alloc_or(p, |_| "miss"), Ok(c));
+            assert_eq!(ch.take_alloc_or(p, |_| "miss"), Err("miss"), "taken twice");
+        }
+        assert!(ch.fast.is_empty());
+        assert!(ch.tables().allocs.is_empty());
+    }
+
+    #[test]
+    fn a_lock_holder_puts_and_takes_in_both_places() {
+        let ch = Charges::default();
+        {
+            let mut t = ch.tables();
+            t.put_alloc(1 << 21, data(0, 5, 0));
+            t.put_alloc(2 << 21, data(0, 6, 9));
+        }
+        assert_eq!((ch.fast.len(), ch.tables().allocs.len()), (1, 1));
+        // The lock-free look finds the first, the guard's the second.
+        assert_eq!(ch.take_alloc_or(1 << 21, |_| ()), Ok(data(0, 5, 0)));
+        assert_eq!(ch.tables().take_alloc(2 << 21), Some(data(0, 6, 9)));
+        assert_eq!(ch.tables().take_alloc(1 << 21), None);
+    }
+
+    #[test]
+    fn a_sweep_takes_matches_from_the_table_and_the_map() {
+        let ch = Charges::default();
+        ch.put_alloc(1 << 21, data(0, 1, 0)); // table
+        ch.put_alloc(2 << 21, data(20, 2, 0)); // map: ordinal
+        ch.put_alloc(3 << 21, data(0, 4, 0x9000)); // map: created context
+        ch.put_alloc(4 << 21, data(1, 8, 0)); // table, other device
+        let mut gone: Vec<u64> = ch
+            .take_allocs(|c| c.ctx == 0 && c.dev != 1)
+            .iter()
+            .map(|c| c.bytes)
+            .collect();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![1, 2]);
+        assert_eq!(ch.take_alloc_or(1 << 21, |_| ()), Err(()));
+        assert_eq!(ch.take_alloc_or(2 << 21, |_| ()), Err(()));
+        assert_eq!(ch.take_alloc_or(3 << 21, |_| ()), Ok(data(0, 4, 0x9000)));
+        assert_eq!(ch.take_alloc_or(4 << 21, |_| ()), Ok(data(1, 8, 0)));
+    }
+
+    #[test]
+    fn created_context_devices_follow_the_contexts_table() {
+        let ch = Charges::default();
+        assert!(!ch.created_ctx_on(3));
+        ch.tables().ctxs.insert(0xa, data(3, 8, 0));
+        ch.tables().ctxs.insert(0xb, data(3, 8, 0));
+        ch.tables().ctxs.insert(0xc, data(40, 8, 0));
+        assert!(ch.created_ctx_on(3));
+        assert!(!ch.created_ctx_on(2));
+        // Past the bitmask's 32 ordinals: the table is asked.
+        assert!(ch.created_ctx_on(40));
+        assert!(!ch.created_ctx_on(41));
+        ch.tables().ctxs.remove(&0xa);
+        assert!(ch.created_ctx_on(3), "one context left there");
+        ch.tables().ctxs.remove(&0xb);
+        ch.tables().ctxs.remove(&0xc);
+        assert!(!ch.created_ctx_on(3));
+        assert!(!ch.created_ctx_on(40));
     }
 }

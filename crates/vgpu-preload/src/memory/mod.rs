@@ -20,7 +20,7 @@ use vgpu_cuda_abi::CUresult;
 
 use crate::attach::{self, Proc};
 use crate::driver::{CudaDriver, REAL_CUDA};
-use crate::ledger::{Charge, Charges, Kind, Ledger, Map, Tables, DATA};
+use crate::ledger::{Charge, Charges, Kind, Ledger, Map, Tables, TablesGuard, DATA};
 
 pub mod graphs;
 pub mod objects;
@@ -96,40 +96,41 @@ impl Mem<'_> {
         current_dev(self.ndev, self.drv)
     }
 
-    fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
+    fn tables(&self) -> TablesGuard<'_> {
         self.charges.tables()
     }
 
-    /// Records a charge under `k` with the context it lives in (see
-    /// [`Charge::ctx`]): 0, the primary context, unless this process
-    /// created contexts on `dev`, when the driver is asked (outside the
-    /// lock), so the common path takes the table lock once and asks
-    /// nothing.
-    fn record<K: std::hash::Hash + Eq>(
-        &self,
-        table: fn(&mut Tables) -> &mut Map<K, Charge>,
-        k: K,
-        dev: u32,
-        kind: Kind,
-        bytes: u64,
-    ) {
-        let charge = |ctx| Charge {
+    /// A charge of `bytes` of `kind` on `dev`, with the context it lives
+    /// in (see [`Charge::ctx`]): 0, the primary context, unless this
+    /// process created contexts on `dev` (one load), when the driver is
+    /// asked.
+    #[inline]
+    fn charge(&self, dev: u32, kind: Kind, bytes: u64) -> Charge {
+        let ctx = if self.charges.created_ctx_on(dev) {
+            self.context_key(dev)
+        } else {
+            0
+        };
+        Charge {
             dev,
             kind,
             bytes,
             ctx,
-        };
-        {
-            let mut t = self.tables();
-            if !t.ctxs.values().any(|c| c.dev == dev) {
-                table(&mut t).insert(k, charge(0));
-                return;
-            }
         }
+    }
+
+    /// The current context as [`Charge::ctx`] keys it (0: `dev`'s
+    /// primary), out of line: the common path asks no driver.
+    #[cold]
+    #[inline(never)]
+    fn context_key(&self, dev: u32) -> usize {
         let cur = self.drv.ctx_current().map_or(0, |c| c.0 as usize);
         let primary = self.charges.primary().get(&dev).map_or(0, |p| p.handle);
-        let ctx = if cur == primary { 0 } else { cur };
-        table(&mut self.tables()).insert(k, charge(ctx));
+        if cur == primary {
+            0
+        } else {
+            cur
+        }
     }
 
     /// After the driver tore a context down (destroyed, last primary
@@ -138,16 +139,9 @@ impl Mem<'_> {
     pub(crate) fn sweep_context(&self, dev: Option<u32>, ctx: &[usize]) {
         let hit =
             |c: &Charge| ctx.contains(&c.ctx) && dev.is_none_or(|d| d == c.dev) && c.kind == DATA;
-        let gone: Vec<Charge> = {
+        let mut gone = self.charges.take_allocs(hit);
+        {
             let mut t = self.tables();
-            let mut gone = Vec::new();
-            t.allocs.retain(|_, c| {
-                let h = hit(c);
-                if h {
-                    gone.push(*c);
-                }
-                !h
-            });
             t.arrays.retain(|_, c| {
                 let h = hit(c);
                 if h {
@@ -155,8 +149,7 @@ impl Mem<'_> {
                 }
                 !h
             });
-            gone
-        };
+        }
         for c in gone {
             self.ledger.release(c.dev, c.kind, c.bytes);
         }
@@ -211,9 +204,34 @@ impl Mem<'_> {
     }
 
     /// [`Mem::charged_call`] for an object the driver hands back: on
-    /// success the charge is recorded under the object's key (read by
-    /// `out`) in the table `table` picks, so its destroy can release it; no
-    /// key, no charge.
+    /// success the charge is kept under the object's key (read by `out`)
+    /// by `put`, so its destroy can release it; no key, no charge.
+    #[allow(clippy::too_many_arguments)]
+    fn charge_into<K>(
+        &self,
+        dev: u32,
+        kind: Kind,
+        bytes: u64,
+        what: &str,
+        put: impl FnOnce(K, Charge),
+        out: impl Fn() -> Option<K>,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        match self.charged_call(dev, kind, bytes, what, call) {
+            Err(e) => e,
+            Ok(r) => {
+                if r.is_success() {
+                    match out() {
+                        Some(k) => put(k, self.charge(dev, kind, bytes)),
+                        None => self.ledger.release(dev, kind, bytes),
+                    }
+                }
+                r
+            }
+        }
+    }
+
+    /// [`Mem::charge_into`] the table `table` picks.
     #[allow(clippy::too_many_arguments)]
     fn charge_object<K: std::hash::Hash + Eq>(
         &self,
@@ -225,18 +243,10 @@ impl Mem<'_> {
         out: impl Fn() -> Option<K>,
         call: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        match self.charged_call(dev, kind, bytes, what, call) {
-            Err(e) => e,
-            Ok(r) => {
-                if r.is_success() {
-                    match out() {
-                        Some(k) => self.record(table, k, dev, kind, bytes),
-                        None => self.ledger.release(dev, kind, bytes),
-                    }
-                }
-                r
-            }
-        }
+        let put = |k, c| {
+            table(&mut self.tables()).insert(k, c);
+        };
+        self.charge_into(dev, kind, bytes, what, put, out, call)
     }
 
     /// The destroy of an object [`Mem::charge_object`] recorded: its charge
@@ -269,7 +279,8 @@ impl Mem<'_> {
     ) -> CUresult {
         let dev = self.current_dev();
         let bytes = bytes as u64;
-        self.charge_object(dev, DATA, bytes, "allocation", |t| &mut t.allocs, out, call)
+        let put = |ptr, c| self.charges.put_alloc(ptr, c);
+        self.charge_into(dev, DATA, bytes, "allocation", put, out, call)
     }
 
     /// `cuMemAllocPitch_v2`: charges width × height first, then settles to
@@ -302,7 +313,7 @@ impl Mem<'_> {
                 if actual < first {
                     l.release(dev, DATA, first - actual);
                 }
-                self.record(|t| &mut t.allocs, ptr, dev, DATA, actual);
+                self.charges.put_alloc(ptr, self.charge(dev, DATA, actual));
                 r
             }
         }
@@ -310,12 +321,12 @@ impl Mem<'_> {
 
     /// `cuMemFree_v2` (also a stream-ordered pointer freed synchronously).
     pub fn free(&self, ptr: u64, call: impl FnOnce() -> CUresult) -> CUresult {
-        let (c, pool) = {
-            let mut t = self.tables();
-            match t.allocs.remove(&ptr) {
-                Some(c) => (Some(c), None),
-                None => (None, t.async_ptrs.remove(&ptr)),
-            }
+        let (c, pool) = match self
+            .charges
+            .take_alloc_or(ptr, |t| t.async_ptrs.remove(&ptr))
+        {
+            Ok(c) => (Some(c), None),
+            Err(pool) => (None, pool),
         };
         if c.is_none() && pool.is_none() {
             // A graph allocation's memory stays the graph allocator's;
@@ -331,12 +342,12 @@ impl Mem<'_> {
                 self.settle_pool(pool);
             }
         } else {
-            let mut t = self.tables();
+            // The driver kept it: so does the ledger.
             if let Some(c) = c {
-                t.allocs.insert(ptr, c);
+                self.charges.put_alloc(ptr, c);
             }
             if let Some(pool) = pool {
-                t.async_ptrs.insert(ptr, pool);
+                self.tables().async_ptrs.insert(ptr, pool);
             }
         }
         r

@@ -219,7 +219,7 @@ impl Mem<'_> {
         for (i, ptr) in live.into_iter().enumerate() {
             t.async_ptrs.remove(&ptr);
             let share = held / n + if i == 0 { held % n } else { 0 };
-            t.allocs.insert(
+            t.put_alloc(
                 ptr,
                 Charge {
                     dev: pc.dev,
