@@ -100,10 +100,19 @@ fn main() {
     let mut d: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut i: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut bl: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for _ in 0..runs {
-        let a = run(tenant, &direct, &iters);
-        let b = run(tenant, &interposed, &iters);
-        let c = baseline.as_ref().map(|e| run(tenant, e, &iters));
+    for r in 0..runs {
+        // Each round runs every column once, in an order that rotates, so
+        // no column always runs first (or right after another).
+        let arms = if baseline.is_some() { 3 } else { 2 };
+        let (mut a, mut b, mut c) = (None, None, None);
+        for j in 0..arms {
+            match (r + j) % arms {
+                0 => a = Some(run(tenant, &direct, &iters)),
+                1 => b = Some(run(tenant, &interposed, &iters)),
+                _ => c = baseline.as_ref().map(|e| run(tenant, e, &iters)),
+            }
+        }
+        let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
         for (k, _) in OPS {
             d.entry(k).or_default().push(a[k]);
             i.entry(k).or_default().push(b[k]);
@@ -157,7 +166,9 @@ fn main() {
         "Method: the `vgpu-demo-tenant bench` process (dlopen + dlsym, like an application) runs {runs} times directly and {runs} times under \
          LD_PRELOAD=libvgpu.so with a 64 GiB limit (every allocation is admitted against the region and released), alternating; each run \
          reports the median of 15 batches of {iters}/15 calls; the table shows the median of the runs. The simulated driver's own cost is in \
-         both columns; the difference is the wrapper's. Built with the release profile (`cargo bench`) on both sides; the simulated driver libraries must be built with \
+         both columns; the difference is the wrapper's. Each round runs every column once (order rotating); `paired` is the median over \
+         rounds of a round's interposed minus its direct run, which cancels what moves this VM's speed between rounds (one process's \
+         figure can sit 150 ns from the next one's); `added` is the difference of the columns' medians. Built with the release profile (`cargo bench`) on both sides; the simulated driver libraries must be built with \
          `cargo build --release -p vgpu-sim-cuda -p vgpu-sim-nvml` first. Launches are timed in batches of 128 with the queue drained \
          between batches (untimed), since the simulated driver blocks a full pushbuffer like a real one. `cargo bench` also enables the test-only \
          `failpoints` feature (dev-dependency unification); with no `LIBVGPU_FAILPOINT_PANIC` set it costs one relaxed load per call.\n\n"
@@ -166,18 +177,22 @@ fn main() {
         md.push_str(&format!(
             "Baseline: `VGPU_BENCH_BASELINE_LIB={l}` ran as a third process in the same rotation (same limit, its own region).\n\n"
         ));
-        md.push_str("| call | direct (ns) | baseline interposed (ns) | baseline added (ns) | interposed (ns) | added (ns) | ratio | vs baseline |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        md.push_str("| call | direct (ns) | baseline interposed (ns) | baseline added (ns) | baseline added, paired (ns) | interposed (ns) | added (ns) | added, paired (ns) | ratio | vs baseline |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     } else {
-        md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: |\n");
+        md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | added, paired (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
     }
+    // Median over rounds of (column − direct) in the same round.
+    let paired = |col: &[f64], k: &str| median(col.iter().zip(&d[k]).map(|(x, y)| x - y).collect());
     for (k, name) in OPS {
         let a = median(d[k].clone());
         let b = median(i[k].clone());
+        let bp = paired(&i[k], k);
         match bl.get(k) {
-            Some(c) => {
-                let c = median(c.clone());
+            Some(cv) => {
+                let c = median(cv.clone());
+                let cp = paired(cv, k);
                 md.push_str(&format!(
-                    "| {name} | {a:.1} | {c:.1} | {:+.1} | {b:.1} | {:+.1} | {:.2}x | {:.2}x |\n",
+                    "| {name} | {a:.1} | {c:.1} | {:+.1} | {cp:+.1} | {b:.1} | {:+.1} | {bp:+.1} | {:.2}x | {:.2}x |\n",
                     c - a,
                     b - a,
                     b / a,
@@ -185,13 +200,13 @@ fn main() {
                 ));
             }
             None => md.push_str(&format!(
-                "| {name} | {a:.1} | {b:.1} | {:+.1} | {:.2}x |\n",
+                "| {name} | {a:.1} | {b:.1} | {:+.1} | {bp:+.1} | {:.2}x |\n",
                 b - a,
                 b / a
             )),
         }
     }
-    md.push_str("\nRaw per-run medians (ns), in run order:\n\n");
+    md.push_str("\nRaw per-run medians (ns), in round order:\n\n");
     for (k, name) in OPS {
         let f = |v: &[f64]| {
             v.iter()
