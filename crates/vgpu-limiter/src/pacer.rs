@@ -277,7 +277,9 @@ impl<M: Copy> Pacer<M> {
             // A metered launch was counted at the gate (published with the
             // next measurements read).
             let launches = u64::from(!ticket.metered);
-            cells.slot.add_launches(cells.dev, launches, waited_ns);
+            if launches > 0 || waited_ns > 0 {
+                cells.slot.add_launches(cells.dev, launches, waited_ns);
+            }
         }
         if ticket.metered && (!ok || ticket.close_after) {
             let mut g = self.lock();
