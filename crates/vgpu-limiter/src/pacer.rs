@@ -188,15 +188,19 @@ impl<M: Copy> Pacer<M> {
         let g = &mut *g;
         // Finished markers first, when due, or when the bucket is dry or a
         // burst holds us (the wait should be decided on the truth).
-        let due = now_ns.saturating_sub(g.polled_ns) >= p.poll_every_ns
-            || bucket.credit() <= 0
-            || g.meter.blocked(now_ns, g.est.get(kind).is_some());
+        let mut est = g.est.get(kind);
+        let mut blocked = g.meter.blocked(now_ns, est.is_some());
+        let due = blocked
+            || now_ns.saturating_sub(g.polled_ns) >= p.poll_every_ns
+            || bucket.credit() <= 0;
         if due && g.meter.pending() > 0 {
             g.polled_ns = now_ns;
             self.drain(g, k, cells);
+            // What was read may have taught the estimate or freed a slot.
+            est = g.est.get(kind);
+            blocked = g.meter.blocked(now_ns, est.is_some());
         }
-        let est = g.est.get(kind);
-        if g.meter.blocked(now_ns, est.is_some()) {
+        if blocked {
             // What blocks us must get measured: an open burst (of another
             // kind, before a probe) closes now, or it would wait for a
             // launch that cannot come.
