@@ -61,10 +61,17 @@ fn without_the_interposer_the_same_program_is_not_limited() {
         &["fill", &(256 * MIB).to_string()],
         &env,
     );
+    // It ran to its end (a crash or a kill would fail this too, so the
+    // exit status alone proves nothing) and the byte past the limit was
+    // granted: no limit without the interposer.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(" failed\n"), "no summary line: {stdout}");
     assert!(
-        !out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        stdout.lines().any(|l| l.starts_with("FAIL cuMemAlloc")
+            && l.contains("returned CUDA_SUCCESS")
+            && l.contains("expected CUDA_ERROR_OUT_OF_MEMORY")),
+        "{stdout}"
     );
 }
 
