@@ -945,7 +945,7 @@ impl Drop for TablesGuard<'_> {
 impl TablesGuard<'_> {
     /// [`Charges::put_alloc`] for a caller holding the lock.
     pub fn put_alloc(&mut self, ptr: u64, c: Charge) {
-        if !c.pack().is_some_and(|w| self.charges.fast.insert(ptr, w)) {
+        if !self.charges.put_fast(ptr, c) {
             self.t.allocs.insert(ptr, c);
         }
     }
@@ -976,9 +976,16 @@ impl Charges {
     /// packs and its window has room, else the map.
     #[inline]
     pub fn put_alloc(&self, ptr: u64, c: Charge) {
-        if !c.pack().is_some_and(|w| self.fast.insert(ptr, w)) {
+        if !self.put_fast(ptr, c) {
             self.put_alloc_locked(ptr, c);
         }
+    }
+
+    /// `ptr`'s charge into the lock-free table; false when it does not
+    /// pack or its window is full (the caller keeps it in the map).
+    #[inline]
+    fn put_fast(&self, ptr: u64, c: Charge) -> bool {
+        c.pack().is_some_and(|w| self.fast.insert(ptr, w))
     }
 
     /// The map's side of `put_alloc`, out of line: the common path stays
