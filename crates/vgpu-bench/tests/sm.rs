@@ -1,7 +1,9 @@
 //! The SM bench's instrument on the simulated driver, without any
 //! interposer (so nothing here depends on the limiter): a flat-out tenant
 //! shows the whole device, two show half each, and a tenant that fails is
-//! counted and fails its row.
+//! counted and fails its row. And the overhead row, which needs the built
+//! `libvgpu.so` (a missing one FAILS the test): its interposed tenants time
+//! the driver's own entry point too, past the interposer.
 use std::time::Duration;
 
 use vgpu_bench::sm::harness::{run_row, scratch_dir, Setup};
@@ -106,4 +108,33 @@ fn the_model_rows_meet_their_targets() {
         "{ran} of {} rows ran",
         rows.len()
     );
+}
+
+#[test]
+fn the_overhead_row_times_the_drivers_own_launch_beside_the_interposers() {
+    let dir = scratch_dir().unwrap();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_vgpu-bench-sm-tenant"));
+    let lib = vgpu_sim::locate_artifact("libvgpu.so")
+        .unwrap_or_else(|e| panic!("libvgpu.so is required by this test and was not found: {e}"));
+    let mut s = setup(dir.path(), exe);
+    s.vgpu_lib = Some(lib);
+    s.overhead_runs = 1;
+    let row = &select(&["overhead".into()]).unwrap()[0];
+    let r = run_row(&s, row);
+    // A tenant whose launches did not go through libvgpu.so (its own and
+    // the default `cuLaunchKernel` the same) fails the row.
+    assert_eq!(r.failures, 0, "{:?}", r.notes);
+    let o = r.overhead.expect("the overhead figures");
+    let names: Vec<&str> = o.runs.iter().map(|x| x.0.as_str()).collect();
+    assert_eq!(names, ["bare", "unlimited", "limited"]);
+    // Only the interposed runs are paired, each with both medians timed.
+    let paired: Vec<&str> = o.paired.iter().map(|x| x.0.as_str()).collect();
+    assert_eq!(paired, ["unlimited", "limited"]);
+    for (name, via, direct) in &o.paired {
+        assert!(
+            *via > 0.0 && *direct > 0.0 && *via < 1e6 && *direct < 1e6,
+            "{name}: {via} / {direct} ns"
+        );
+    }
+    assert!(o.paired_unlimited_ns.is_some() && o.paired_limited_ns.is_some());
 }

@@ -316,10 +316,12 @@ fn sm(a: SmArgs) -> anyhow::Result<ExitCode> {
                 res.engine,
                 match (&res.overhead, res.achieved) {
                     (Some(o), _) => format!(
-                        "bare {:.0} ns, +{:.0} unlimited, +{:.0} limited",
+                        "bare {:.0} ns, +{:.0} unlimited, +{:.0} limited; within a process +{:.0} unlimited, +{:.0} limited",
                         o.bare_ns.unwrap_or(f64::NAN),
                         o.added_unlimited_ns.unwrap_or(f64::NAN),
-                        o.added_limited_ns.unwrap_or(f64::NAN)
+                        o.added_limited_ns.unwrap_or(f64::NAN),
+                        o.paired_unlimited_ns.unwrap_or(f64::NAN),
+                        o.paired_limited_ns.unwrap_or(f64::NAN)
                     ),
                     (None, Some(x)) => format!(
                         "target {:.0} %, achieved {x:.1} %, {} failed",

@@ -12,8 +12,8 @@ use vgpu_cuda_abi::{
     CUstream,
 };
 
-fn open(lib: &CStr) -> Result<(), String> {
-    crate::dl::open_global(lib).map(|_| ())
+fn open(lib: &CStr) -> Result<crate::dl::Lib, String> {
+    crate::dl::open_global(lib)
 }
 
 fn sym(name: &CStr) -> Result<*mut c_void, String> {
@@ -72,6 +72,9 @@ pub struct Cuda {
     /// The spin kernel's parameter (GPU-ns per block), read by the launches.
     param: Box<u64>,
     graph: Option<CUgraphExec>,
+    /// The driver's own `cuLaunchKernel`, when a preloaded interposer's
+    /// wins the default scope (the overhead row times both in one process).
+    direct: Option<sig::cuLaunchKernel>,
 }
 
 /// vgpu-sim's module: per-block time from the kernel's first parameter.
@@ -112,8 +115,14 @@ impl Cuda {
     /// Loads the driver, creates a context on device 0 and loads the spin
     /// kernel (vgpu-sim's text module on the simulator, PTX elsewhere).
     pub fn open() -> Result<Cuda, String> {
-        open(c"libcuda.so.1")?;
+        let lib = open(c"libcuda.so.1")?;
         let core = Core::resolve()?;
+        let own = crate::dl::own_sym(lib, "cuLaunchKernel")?;
+        let direct = (own != core.launch as *mut c_void).then(|| {
+            // SAFETY: the driver's symbol of that name, whose C type
+            // `sig::cuLaunchKernel` is.
+            unsafe { std::mem::transmute::<*mut c_void, sig::cuLaunchKernel>(own) }
+        });
         // SAFETY: flags 0.
         check("cuInit", unsafe { (core.init)(0) })?;
         let mut dev: CUdevice = 0;
@@ -157,6 +166,7 @@ impl Cuda {
             simulated,
             param: Box::new(0),
             graph: None,
+            direct,
         })
     }
 
@@ -169,13 +179,31 @@ impl Cuda {
         [(&mut *self.param as *mut u64).cast()]
     }
 
+    /// Whether the driver's own `cuLaunchKernel` differs from the one a
+    /// program linked with `-lcuda` calls (an interposer is preloaded).
+    pub fn interposed(&self) -> bool {
+        self.direct.is_some()
+    }
+
     /// `cuLaunchKernel` of `blocks` × 128 threads on the legacy stream.
     pub fn launch(&mut self, blocks: u32) -> c_uint {
+        let f = self.core.launch;
+        self.launch_with(f, blocks)
+    }
+
+    /// The same launch through the driver's own entry point, past any
+    /// interposer (the plain launch when there is none).
+    pub fn launch_direct(&mut self, blocks: u32) -> c_uint {
+        let f = self.direct.unwrap_or(self.core.launch);
+        self.launch_with(f, blocks)
+    }
+
+    fn launch_with(&mut self, f: sig::cuLaunchKernel, blocks: u32) -> c_uint {
         let mut p = self.params();
         // SAFETY: a function of the loaded module, valid dimensions, and a
         // parameter array whose one entry points at a live u64.
         unsafe {
-            (self.core.launch)(
+            f(
                 self.func,
                 blocks,
                 1,

@@ -515,7 +515,19 @@ pub fn run_overhead(s: &Setup, row: &Row) -> RowResult {
                 .map(|r| finish(r, Instant::now() + Duration::from_secs(30)).0);
             match r {
                 Ok(Ok(t)) if t.timed > 0 => {
-                    o.runs.push((name.to_string(), t.launch_ns_p50, t.timed))
+                    o.runs.push((name.to_string(), t.launch_ns_p50, t.timed));
+                    match (lib, t.direct_ns_p50) {
+                        (Some(_), Some(d)) => o.paired.push((name.to_string(), t.launch_ns_p50, d)),
+                        (Some(_), None) => {
+                            // The interposer did not win the default scope:
+                            // nothing it adds was timed.
+                            res.failures += 1;
+                            res.notes.push(format!(
+                                "{name}: the launches did not go through libvgpu.so"
+                            ));
+                        }
+                        (None, _) => {}
+                    }
                 }
                 Ok(Ok(_)) => {
                     res.failures += 1;
@@ -538,6 +550,18 @@ pub fn run_overhead(s: &Setup, row: &Row) -> RowResult {
     o.limited_ns = median("limited");
     o.added_unlimited_ns = o.unlimited_ns.zip(o.bare_ns).map(|(a, b)| a - b);
     o.added_limited_ns = o.limited_ns.zip(o.bare_ns).map(|(a, b)| a - b);
+    let paired = |name: &str| {
+        let mut v: Vec<f64> = o
+            .paired
+            .iter()
+            .filter(|r| r.0 == name)
+            .map(|r| r.1 - r.2)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    o.paired_unlimited_ns = paired("unlimited");
+    o.paired_limited_ns = paired("limited");
     res.overhead = Some(o);
     res.target_met = false;
     res

@@ -58,6 +58,17 @@ pub struct Overhead {
     pub added_limited_ns: Option<f64>,
     /// Every run: (configuration, median ns, calls timed).
     pub runs: Vec<(String, f64, u64)>,
+    /// Median (of runs) of one run's interposed median minus its own
+    /// direct median (the driver's entry point past the interposer, timed
+    /// in alternating batches in the same process), no limit. Free of the
+    /// spread between processes that the differences of medians above
+    /// carry.
+    pub paired_unlimited_ns: Option<f64>,
+    /// The same with the 50 % limit.
+    pub paired_limited_ns: Option<f64>,
+    /// Every interposed run: (configuration, median ns interposed, median
+    /// ns direct).
+    pub paired: Vec<(String, f64, f64)>,
 }
 
 /// One row on one engine.
@@ -288,6 +299,15 @@ pub fn text(rep: &SmReport) -> String {
                 o.runs.len(),
                 r.failures
             );
+            if !o.paired.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "{:<14} {:<6} {:>4}  added within a process (interposed − the driver's own entry point, alternating batches; median of runs): unlimited +{}, limited +{}",
+                    "", "", "",
+                    opt(o.paired_unlimited_ns, 0),
+                    opt(o.paired_limited_ns, 0),
+                );
+            }
             continue;
         }
         let tenants: Vec<String> = r
