@@ -20,6 +20,8 @@ struct Lib {
     path: Option<PathBuf>,
     wall_us: Vec<f64>,
     cpu_us: Vec<f64>,
+    /// CPU of each round's loop (`None`: it failed), for the paired ratio.
+    round_cpu_us: Vec<Option<f64>>,
     failures: usize,
 }
 
@@ -132,6 +134,7 @@ fn main() {
         path: None,
         wall_us: Vec::new(),
         cpu_us: Vec::new(),
+        round_cpu_us: Vec::new(),
         failures: 0,
     }];
     for spec in std::env::var("VGPU_SPAWN_LIBS")
@@ -145,6 +148,7 @@ fn main() {
             path: Some(PathBuf::from(path)),
             wall_us: Vec::new(),
             cpu_us: Vec::new(),
+            round_cpu_us: Vec::new(),
             failures: 0,
         });
     }
@@ -156,6 +160,7 @@ fn main() {
             path: Some(floor),
             wall_us: Vec::new(),
             cpu_us: Vec::new(),
+            round_cpu_us: Vec::new(),
             failures: 0,
         });
     }
@@ -165,6 +170,7 @@ fn main() {
         path: Some(front),
         wall_us: Vec::new(),
         cpu_us: Vec::new(),
+        round_cpu_us: Vec::new(),
         failures: 0,
     });
     // Warm the page cache and the loader's caches once per library.
@@ -179,8 +185,12 @@ fn main() {
                 Some((w, c)) => {
                     libs[i].wall_us.push(w);
                     libs[i].cpu_us.push(c);
+                    libs[i].round_cpu_us.push(Some(c));
                 }
-                None => libs[i].failures += 1,
+                None => {
+                    libs[i].failures += 1;
+                    libs[i].round_cpu_us.push(None);
+                }
             }
         }
     }
@@ -222,24 +232,33 @@ fn main() {
          Wall: the loop's elapsed time; CPU: user + sys of `sh` and its children (`wait4`). Ratios and µs/process are against `bare` \
          in the same run (median of the rounds). Instructions: callgrind's count for one `/bin/true` (repeatable where time is not); \
          relocations: the loader's `LD_DEBUG=statistics` for one `/bin/true` (symbol / relative). `empty .so` is an empty shared \
-         object built by the benchmark: the floor any preload costs. Failed loops are counted, not dropped.\n\n"
+         object built by the benchmark: the floor any preload costs. `CPU ratio, paired`: the median over rounds of a round's loop \
+         CPU over bare's in the same round, which cancels what moves this VM's speed between rounds. Failed loops are counted, not dropped.\n\n"
     ));
-    md.push_str("| library | wall median (ms) | wall ratio | wall µs/process | CPU median (ms) | CPU ratio | CPU µs/process | instructions (/bin/true) | relocations (symbol / relative) | failed loops |\n");
-    md.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    md.push_str("| library | wall median (ms) | wall ratio | wall µs/process | CPU median (ms) | CPU ratio | CPU ratio, paired | CPU µs/process | instructions (/bin/true) | relocations (symbol / relative) | failed loops |\n");
+    md.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for l in &libs {
         let w = median(&l.wall_us);
         let c = median(&l.cpu_us);
+        let ratios: Vec<f64> = l
+            .round_cpu_us
+            .iter()
+            .zip(&libs[0].round_cpu_us)
+            .filter_map(|(x, b)| Some(x.as_ref()? / b.as_ref()?))
+            .collect();
+        let paired = median(&ratios);
         let ins = instructions(l.path.as_deref()).map_or("-".to_string(), |v| v.to_string());
         let rel =
             relocations(l.path.as_deref()).map_or("-".to_string(), |(s, r)| format!("{s} / {r}"));
         md.push_str(&format!(
-            "| {} | {:.1} | {:.3}x | {:+.1} | {:.1} | {:.3}x | {:+.1} | {ins} | {rel} | {} |\n",
+            "| {} | {:.1} | {:.3}x | {:+.1} | {:.1} | {:.3}x | {:.3}x | {:+.1} | {ins} | {rel} | {} |\n",
             l.label,
             w / 1e3,
             w / base_wall,
             (w - base_wall) / n as f64,
             c / 1e3,
             c / base_cpu,
+            paired,
             (c - base_cpu) / n as f64,
             l.failures
         ));
