@@ -49,6 +49,7 @@ pub struct Estimates {
 impl Estimates {
     /// The estimate for a launch of `kind`, or `None` before any sample
     /// (the caller probes: one launch, measured, before the next).
+    #[inline]
     pub fn get(&self, kind: Kind) -> Option<u64> {
         match kind {
             Kind::Kernel => (self.kernel.samples > 0).then_some(self.kernel.ns),

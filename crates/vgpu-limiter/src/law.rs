@@ -77,6 +77,7 @@ impl Default for Params {
 /// The bucket's bounds for `share_ppm`: a bank of `burst_window` at the
 /// share (at least 100 µs, so one launch can always start from a full
 /// bank) and a debt floor of `debt_window` at the share.
+#[inline]
 pub fn bounds(share_ppm: u32, p: &Params) -> Bounds {
     let cap = earned(p.burst_window_ns, share_ppm).max(100_000);
     let floor = earned(p.debt_window_ns, share_ppm).max(cap);
@@ -105,6 +106,7 @@ pub const MAX_RATE_PPM: u32 = PPM + PPM / 10;
 /// accounting (a neighbour's time inside our spans) refill 2× as fast, so
 /// the container still gets its share of real device time. At most
 /// [`MAX_RATE_PPM`]; the gate applies the bucket's own cap as well.
+#[inline]
 pub fn rate_ppm(share_ppm: u32, correction_ppm: u32) -> u32 {
     let c = correction_ppm.max(1) as u64;
     ((share_ppm as u64 * PPM as u64) / c).min(MAX_RATE_PPM as u64) as u32
@@ -128,6 +130,7 @@ pub enum Decision {
 /// One launch at `now`: refill, then take `estimate_ns` if any credit is
 /// left, else say when there will be. A launch may take more than is left
 /// (debt): a kernel cannot be split, and the debt delays the next one.
+#[inline]
 pub fn gate(
     bucket: &Bucket<'_>,
     now_ns: u64,

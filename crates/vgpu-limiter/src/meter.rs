@@ -23,6 +23,9 @@ use crate::law::Params;
 pub const OPEN: usize = 4;
 /// Closed bursts waiting for their markers.
 pub const PENDING: usize = 16;
+/// A pending burst is overdue after 4× the GPU time still unmeasured plus
+/// this.
+const OVERDUE_MIN_NS: u64 = 5_000_000;
 
 /// Where a pair of markers stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,8 +190,12 @@ impl<M: Copy> Meter<M> {
         }
         match self.pending[self.head % PENDING].filter(|_| self.len > 0) {
             Some(c) => {
-                let budget = 4u64.saturating_mul(self.unmeasured_ns()) + 5_000_000;
-                now_ns.saturating_sub(c.closed_ns) > budget
+                // The budget is never below 5 ms: a younger burst is not
+                // overdue, and the sum over the bursts (every launch while
+                // one waits to be read) is skipped.
+                let age = now_ns.saturating_sub(c.closed_ns);
+                age > OVERDUE_MIN_NS
+                    && age > 4u64.saturating_mul(self.unmeasured_ns()) + OVERDUE_MIN_NS
             }
             None => false,
         }
@@ -206,14 +213,26 @@ impl<M: Copy> Meter<M> {
         kind: Kind,
         p: &Params,
     ) -> bool {
+        self.open_for(k, now_ns, stream, kind, p).is_some()
+    }
+
+    /// `before_launch`, with the index of the burst open for `stream`.
+    fn open_for<K: Markers<Mark = M>>(
+        &mut self,
+        k: &K,
+        now_ns: u64,
+        stream: u64,
+        kind: Kind,
+        p: &Params,
+    ) -> Option<usize> {
         if let Some(i) = self.find(stream) {
-            let Some(o) = self.open[i] else { return false };
+            let o = self.open[i]?;
             if o.kind != kind || o.close_now {
                 self.close(k, i, now_ns);
             } else if o.launches > 0 && self.drained(&o, now_ns, p) {
                 self.drop_open(k, i);
             } else {
-                return true;
+                return Some(i);
             }
         }
         let i = match self.open.iter().position(Option::is_none) {
@@ -232,14 +251,14 @@ impl<M: Copy> Meter<M> {
                 if self.open[lru].is_some() {
                     // Could not close (pending full): this launch goes
                     // unmeasured.
-                    return false;
+                    return None;
                 }
                 lru
             }
         };
         let Some(start) = k.record(stream) else {
             self.stats.failures += 1;
-            return false;
+            return None;
         };
         self.next_id = self.next_id.wrapping_add(1);
         self.open[i] = Some(Open {
@@ -253,7 +272,7 @@ impl<M: Copy> Meter<M> {
             charged_ns: 0,
             close_now: false,
         });
-        true
+        Some(i)
     }
 
     /// After a metered launch returned. Closes the burst when it is old
@@ -293,23 +312,26 @@ impl<M: Copy> Meter<M> {
         }
     }
 
-    /// Right after `before_launch` said true, still before the launch
-    /// call: counts the launch into its stream's burst as if it went
-    /// through (what `after_launch` does once it returned), so a launch
-    /// that does go through needs nothing after its call unless its burst
-    /// must close then. Returns the burst's id and whether it must close
-    /// after the call (old enough, full, a graph, a probe); `None` when no
-    /// burst is open for `stream`. Then [`settle`](Self::settle) a launch
-    /// that failed or must close its burst.
-    pub fn count_at_gate(
+    /// At the gate, before the launch call: `before_launch`, then counts
+    /// the launch into its stream's burst as if it went through (what
+    /// `after_launch` does once it returned), so a launch that does go
+    /// through needs nothing after its call unless its burst must close
+    /// then. Returns the burst's id and whether it must close after the
+    /// call (old enough, full, a graph, a probe); `None` when the launch
+    /// goes unmeasured. Then [`settle`](Self::settle) a launch that failed
+    /// or must close its burst.
+    #[allow(clippy::too_many_arguments)]
+    pub fn count_at_gate<K: Markers<Mark = M>>(
         &mut self,
+        k: &K,
         now_ns: u64,
         stream: u64,
+        kind: Kind,
         charged_ns: u64,
         estimated: bool,
         p: &Params,
     ) -> Option<(u64, bool)> {
-        let i = self.find(stream)?;
+        let i = self.open_for(k, now_ns, stream, kind, p)?;
         let o = self.open[i].as_mut()?;
         let close = o.count(now_ns, charged_ns, estimated, p);
         Some((o.id, close))

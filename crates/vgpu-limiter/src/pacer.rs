@@ -216,12 +216,9 @@ impl<M: Copy> Pacer<M> {
                 // Counted into its burst now, under the lock this gate
                 // holds anyway: a launch that goes through then takes no
                 // lock after its call (two read-modify-writes fewer).
-                let counted = if g.meter.before_launch(k, now_ns, stream, kind, p) {
+                let counted =
                     g.meter
-                        .count_at_gate(now_ns, stream, charge_ns, est.is_some(), p)
-                } else {
-                    None
-                };
+                        .count_at_gate(k, now_ns, stream, kind, charge_ns, est.is_some(), p);
                 if counted.is_some() {
                     g.unpublished += 1;
                 }

@@ -124,6 +124,7 @@ pub struct Target {
 
 impl Target {
     /// Launches go straight through.
+    #[inline]
     pub fn is_pass(&self) -> bool {
         matches!(
             self.state,
@@ -132,6 +133,7 @@ impl Target {
     }
 
     /// Launches wait until resumed.
+    #[inline]
     pub fn is_suspended(&self) -> bool {
         self.state == LimiterState::Suspended
     }
@@ -143,6 +145,7 @@ impl Target {
     }
 
     /// Unpacks; an unknown state code reads as `NotStarted` (pass).
+    #[inline]
     pub fn unpack(w: u64) -> Target {
         Target {
             state: LimiterState::from_code((w >> 32) as u32).unwrap_or(LimiterState::NotStarted),

@@ -34,6 +34,7 @@ pub struct Bounds {
 
 impl Bounds {
     /// Bounds with `floor ≤ 0 ≤ cap` enforced.
+    #[inline]
     pub fn new(cap_ns: i64, floor_ns: i64) -> Bounds {
         Bounds {
             cap_ns: cap_ns.max(0),
@@ -41,17 +42,20 @@ impl Bounds {
         }
     }
 
+    #[inline]
     fn clamp(self, v: i64) -> i64 {
         v.clamp(self.floor_ns, self.cap_ns)
     }
 }
 
 /// Credit moved by `delta`, saturating, within `b`.
+#[inline]
 fn bounded(c: i64, delta: i64, b: Bounds) -> i64 {
     b.clamp(c.saturating_add(delta))
 }
 
 /// CAS loop: credit ← f(credit). Returns (before, after).
+#[inline]
 fn update(cell: &AtomicI64, f: impl Fn(i64) -> i64) -> (i64, i64) {
     let mut cur = cell.load(SeqCst);
     loop {
@@ -68,6 +72,7 @@ fn update(cell: &AtomicI64, f: impl Fn(i64) -> i64) -> (i64, i64) {
 
 /// GPU-ns earned over `dt_ns` of wall time at `rate_ppm` (parts per million
 /// of the device's time), saturating at i64::MAX.
+#[inline]
 pub fn earned(dt_ns: u64, rate_ppm: u32) -> i64 {
     // u64 when the product fits (every bound and refill of the launch
     // path: a division by a constant, no 128-bit division call).
@@ -91,11 +96,13 @@ impl<'a> Bucket<'a> {
     }
 
     /// The raw cells (display fields, sampler cells).
+    #[inline]
     pub fn raw(&self) -> &'a RawPacing {
         self.cell
     }
 
     /// Credit now, GPU-ns.
+    #[inline]
     pub fn credit(&self) -> i64 {
         self.cell.credit_ns.load(SeqCst)
     }
@@ -133,6 +140,7 @@ impl<'a> Bucket<'a> {
     /// caller's to add, with [`Bucket::add_charged`]: a caller that meters
     /// under a lock batches it (one shared read-modify-write per
     /// measurement read, not one per launch).
+    #[inline]
     pub fn take(&self, ns: u64, b: Bounds) -> i64 {
         let ns = i64::try_from(ns).unwrap_or(i64::MAX);
         update(&self.cell.credit_ns, |c| bounded(c, -ns, b)).0
@@ -140,6 +148,7 @@ impl<'a> Bucket<'a> {
 
     /// Counts `ns` into the cumulative charged time (for the sampler and
     /// displays; nothing paces on it).
+    #[inline]
     pub fn add_charged(&self, ns: u64) {
         if ns > 0 {
             self.cell.charged_ns.fetch_add(ns, Relaxed);
@@ -200,6 +209,7 @@ impl<'a> Bucket<'a> {
 
     /// The measurement correction (truth ÷ markers) in ppm; 1e6 when none
     /// has been published.
+    #[inline]
     pub fn correction_ppm(&self) -> u32 {
         match self.cell.correction_ppm.load(Relaxed) {
             0 => 1_000_000,
@@ -209,6 +219,7 @@ impl<'a> Bucket<'a> {
 
     /// Most refill rate now, ppm (the sampler's; the whole device when it
     /// published none).
+    #[inline]
     pub fn rate_cap_ppm(&self) -> u32 {
         match self.cell.rate_cap_ppm.load(Relaxed) {
             0 => 1_000_000,
