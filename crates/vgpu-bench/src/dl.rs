@@ -60,7 +60,6 @@ struct LinkMapHead {
 /// answer every `dlsym`/`dlvsym` lookup of a driver name with its hook
 /// (libvgpu.so does).
 pub fn own_sym(lib: Lib, name: &str) -> Result<*mut c_void, String> {
-    use object::{Object, ObjectSymbol};
     let mut lm: *const LinkMapHead = std::ptr::null();
     // SAFETY: a handle dlopen returned; RTLD_DI_LINKMAP writes one
     // `struct link_map *` through the pointer.
@@ -87,10 +86,20 @@ pub fn own_sym(lib: Lib, name: &str) -> Result<*mut c_void, String> {
     // SAFETY: read-only map of a library file that is not rewritten while
     // it is loaded.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("{path}: {e}"))?;
-    let elf = object::File::parse(&*map).map_err(|e| format!("{path}: {e}"))?;
-    let sym = elf
-        .dynamic_symbols()
-        .find(|s| s.is_definition() && s.name() == Ok(name))
+    let value = vgpu_cuda_abi::elf::dynsym_value(&map, name)
         .ok_or_else(|| format!("{path} defines no {name}"))?;
-    Ok(base.wrapping_add(sym.address() as usize) as *mut c_void)
+    Ok(base.wrapping_add(value as usize) as *mut c_void)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_librarys_own_symbol_is_where_the_loader_put_it() {
+        let libc = open_global(c"libc.so.6").unwrap();
+        let own = own_sym(libc, "malloc").unwrap();
+        assert_eq!(own, sym(None, c"malloc").unwrap());
+        assert!(own_sym(libc, "no_such_symbol_here").is_err());
+    }
 }

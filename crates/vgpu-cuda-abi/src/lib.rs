@@ -11,6 +11,7 @@
 
 pub mod cuda;
 pub mod cuda_data;
+pub mod elf;
 pub mod functions;
 pub mod nvml;
 pub mod nvml_device;

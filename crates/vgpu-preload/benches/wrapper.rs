@@ -100,6 +100,16 @@ fn main() {
     let mut d: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut i: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut bl: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    // Within each interposed run: its median minus its own direct median
+    // (the driver's entry points past the interposer, same process).
+    let mut ip: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut blp: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let within = |r: &BTreeMap<String, f64>, k: &str| -> f64 {
+        let own = r.get(&format!("direct.{k}")).unwrap_or_else(|| {
+            panic!("an interposed run reported no direct.{k}: libvgpu.so was not in its path")
+        });
+        r[k] - own
+    };
     for r in 0..runs {
         // Each round runs every column once, in an order that rotates, so
         // no column always runs first (or right after another).
@@ -116,8 +126,10 @@ fn main() {
         for (k, _) in OPS {
             d.entry(k).or_default().push(a[k]);
             i.entry(k).or_default().push(b[k]);
+            ip.entry(k).or_default().push(within(&b, k));
             if let Some(c) = &c {
                 bl.entry(k).or_default().push(c[k]);
+                blp.entry(k).or_default().push(within(c, k));
             }
         }
     }
@@ -168,7 +180,10 @@ fn main() {
          reports the median of 15 batches of {iters}/15 calls; the table shows the median of the runs. The simulated driver's own cost is in \
          both columns; the difference is the wrapper's. Each round runs every column once (order rotating); `paired` is the median over \
          rounds of a round's interposed minus its direct run, which cancels what moves this VM's speed between rounds (one process's \
-         figure can sit 150 ns from the next one's); `added` is the difference of the columns' medians. Built with the release profile (`cargo bench`) on both sides; the simulated driver libraries must be built with \
+         figure can sit 150 ns from the next one's); `added` is the difference of the columns' medians; `added, in process` is the median over \
+         runs of an interposed run's median minus its own median through the driver's own entry points (found in `libcuda.so.1`'s dynamic \
+         symbol table, past the interposer), timed in batches alternating with the interposed ones in the same process, which the spread \
+         between processes does not reach. Built with the release profile (`cargo bench`) on both sides; the simulated driver libraries must be built with \
          `cargo build --release -p vgpu-sim-cuda -p vgpu-sim-nvml` first. Launches are timed in batches of 128 with the queue drained \
          between batches (untimed), since the simulated driver blocks a full pushbuffer like a real one. `cargo bench` also enables the test-only \
          `failpoints` feature (dev-dependency unification); with no `LIBVGPU_FAILPOINT_PANIC` set it costs one relaxed load per call.\n\n"
@@ -177,9 +192,9 @@ fn main() {
         md.push_str(&format!(
             "Baseline: `VGPU_BENCH_BASELINE_LIB={l}` ran as a third process in the same rotation (same limit, its own region).\n\n"
         ));
-        md.push_str("| call | direct (ns) | baseline interposed (ns) | baseline added (ns) | baseline added, paired (ns) | interposed (ns) | added (ns) | added, paired (ns) | ratio | vs baseline |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        md.push_str("| call | direct (ns) | baseline interposed (ns) | baseline added (ns) | baseline added, paired (ns) | baseline added, in process (ns) | interposed (ns) | added (ns) | added, paired (ns) | added, in process (ns) | ratio | vs baseline |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     } else {
-        md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | added, paired (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+        md.push_str("| call | direct (ns) | interposed (ns) | added (ns) | added, paired (ns) | added, in process (ns) | ratio |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     }
     // Median over rounds of (column − direct) in the same round.
     let paired = |col: &[f64], k: &str| median(col.iter().zip(&d[k]).map(|(x, y)| x - y).collect());
@@ -187,12 +202,14 @@ fn main() {
         let a = median(d[k].clone());
         let b = median(i[k].clone());
         let bp = paired(&i[k], k);
+        let bi = median(ip[k].clone());
         match bl.get(k) {
             Some(cv) => {
                 let c = median(cv.clone());
                 let cp = paired(cv, k);
+                let ci = median(blp[k].clone());
                 md.push_str(&format!(
-                    "| {name} | {a:.1} | {c:.1} | {:+.1} | {cp:+.1} | {b:.1} | {:+.1} | {bp:+.1} | {:.2}x | {:.2}x |\n",
+                    "| {name} | {a:.1} | {c:.1} | {:+.1} | {cp:+.1} | {ci:+.1} | {b:.1} | {:+.1} | {bp:+.1} | {bi:+.1} | {:.2}x | {:.2}x |\n",
                     c - a,
                     b - a,
                     b / a,
@@ -200,7 +217,7 @@ fn main() {
                 ));
             }
             None => md.push_str(&format!(
-                "| {name} | {a:.1} | {b:.1} | {:+.1} | {bp:+.1} | {:.2}x |\n",
+                "| {name} | {a:.1} | {b:.1} | {:+.1} | {bp:+.1} | {bi:+.1} | {:.2}x |\n",
                 b - a,
                 b / a
             )),
@@ -215,12 +232,13 @@ fn main() {
                 .join(" ")
         };
         md.push_str(&format!(
-            "- {name}: direct {}; interposed {}",
+            "- {name}: direct {}; interposed {} (in process {})",
             f(&d[k]),
-            f(&i[k])
+            f(&i[k]),
+            f(&ip[k])
         ));
         if let Some(c) = bl.get(k) {
-            md.push_str(&format!("; baseline {}", f(c)));
+            md.push_str(&format!("; baseline {} (in process {})", f(c), f(&blp[k])));
         }
         md.push('\n');
     }

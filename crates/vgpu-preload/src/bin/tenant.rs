@@ -9,7 +9,9 @@
 //!   (or until refused), report both memory views, optionally hold until
 //!   stdin closes, free everything.
 //! - `bench`: median ns per call of cuMemAlloc_v2+cuMemFree_v2,
-//!   cuLaunchKernel and cuMemGetInfo_v2.
+//!   cuLaunchKernel and cuMemGetInfo_v2; under an interposer also of the
+//!   driver's own entry points (`bench.direct.*`), timed in alternating
+//!   batches in the same process.
 //!
 //! Output: `key=value` lines, one per fact, easy to parse and to read.
 use std::ffi::{c_uint, c_void, CStr, CString};
@@ -64,6 +66,57 @@ impl Lib {
         // (the list is checked against NVIDIA's headers).
         Ok(unsafe { std::mem::transmute_copy::<Ptr, F>(&p) })
     }
+}
+
+/// The start of glibc's `struct link_map` (link.h, public ABI).
+#[repr(C)]
+struct LinkMapHead {
+    l_addr: usize,
+    l_name: *const std::ffi::c_char,
+}
+
+impl Lib {
+    /// `name` as the library itself defines it (its file's dynamic symbol
+    /// table at the address the loader mapped it), past any preloaded
+    /// interposer, whose `dlsym` answers a driver name with its hook.
+    fn own<F: Copy>(&self, name: &str) -> Result<F, String> {
+        let mut lm: *const LinkMapHead = std::ptr::null();
+        // SAFETY: a handle dlopen returned; RTLD_DI_LINKMAP writes one
+        // `struct link_map *` through the pointer.
+        let r = unsafe {
+            libc::dlinfo(
+                self.0,
+                libc::RTLD_DI_LINKMAP,
+                (&mut lm as *mut *const LinkMapHead).cast(),
+            )
+        };
+        if r != 0 || lm.is_null() {
+            return Err("dlinfo(RTLD_DI_LINKMAP) failed".into());
+        }
+        // SAFETY: the loader's map of a library never closed; `l_name` is
+        // a NUL-terminated path kept for the map's life.
+        let (base, path) = unsafe {
+            let m = &*lm;
+            (
+                m.l_addr,
+                CStr::from_ptr(m.l_name).to_string_lossy().into_owned(),
+            )
+        };
+        let elf = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
+        let v = vgpu_cuda_abi::elf::dynsym_value(&elf, name)
+            .ok_or_else(|| format!("{path} defines no {name}"))?;
+        let p = base.wrapping_add(v as usize) as Ptr;
+        // SAFETY: `own!` asks for `sig::<name>`, the C type of the symbol.
+        Ok(unsafe { std::mem::transmute_copy::<Ptr, F>(&p) })
+    }
+}
+
+/// The driver's own function `name` (past any interposer), typed as
+/// [`sym!`] types it.
+macro_rules! own {
+    ($lib:expr, $name:ident) => {
+        $lib.own::<sig::$name>(stringify!($name))
+    };
 }
 
 /// The driver function `name` of `lib`, typed as the workspace's one list
@@ -301,25 +354,55 @@ fn bench(o: &Opts) -> Result<(), String> {
             getf(&mut func, module, c"spin".as_ptr()),
         )?;
     }
+    // The driver's own entry points: under an interposer each call is
+    // also timed past it, in batches alternating with the interposed ones
+    // (order alternating), so what the interposer adds is read within this
+    // process and the same stretch of time.
+    let own_alloc = own!(l, cuMemAlloc_v2)?;
+    let interposed = own_alloc as usize != cu.alloc as usize;
+    let (own_free, own_launch, own_info) = (
+        own!(l, cuMemFree_v2)?,
+        own!(l, cuLaunchKernel)?,
+        own!(l, cuMemGetInfo_v2)?,
+    );
     let batches = 15;
     let per = (o.iters / batches).max(1);
-    let time = |f: &mut dyn FnMut()| -> f64 {
-        let mut v = Vec::new();
-        for _ in 0..batches {
-            let t = Instant::now();
-            for _ in 0..per {
-                f();
+    // Median ns per call of `call(false)` (the entry points a program
+    // gets) and, under an interposer, of `call(true)` (the driver's own).
+    let time = |call: &mut dyn FnMut(bool)| -> (f64, Option<f64>) {
+        let (mut via, mut own) = (Vec::new(), Vec::new());
+        for b in 0..batches {
+            let order: &[bool] = match (interposed, b % 2) {
+                (false, _) => &[false],
+                (true, 0) => &[false, true],
+                (true, _) => &[true, false],
+            };
+            for &direct in order {
+                let t = Instant::now();
+                for _ in 0..per {
+                    call(direct);
+                }
+                let ns = t.elapsed().as_nanos() as f64 / per as f64;
+                if direct {
+                    own.push(ns)
+                } else {
+                    via.push(ns)
+                }
             }
-            v.push(t.elapsed().as_nanos() as f64 / per as f64);
         }
-        median(v)
+        (median(via), (!own.is_empty()).then(|| median(own)))
     };
-    let alloc_free = time(&mut || {
+    let alloc_free = time(&mut |direct| {
+        let (alloc, free) = if direct {
+            (own_alloc, own_free)
+        } else {
+            (cu.alloc, cu.free)
+        };
         let mut d = 0u64;
         // SAFETY: valid out-pointer; frees what it allocated.
         unsafe {
-            (cu.alloc)(&mut d, 1 << 20);
-            (cu.free)(d);
+            alloc(&mut d, 1 << 20);
+            free(d);
         }
     });
     // Launches are timed in batches well below the driver's queue depth and
@@ -327,39 +410,53 @@ fn bench(o: &Opts) -> Result<(), String> {
     // launch call itself, not waiting for a full pushbuffer.
     let mut block_ns: u64 = 0;
     let batch = 128;
-    let mut v = Vec::new();
-    for _ in 0..(o.iters / batch).max(15) {
-        let t = Instant::now();
-        for _ in 0..batch {
-            let mut args = [(&mut block_ns as *mut u64).cast::<c_void>()];
-            // SAFETY: a valid function handle and argument array.
-            unsafe {
-                launch(
-                    func,
-                    1,
-                    1,
-                    1,
-                    32,
-                    1,
-                    1,
-                    0,
-                    CUstream::NULL,
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            };
+    let (mut via, mut own) = (Vec::new(), Vec::new());
+    for b in 0..(o.iters / batch).max(15) {
+        let order: &[bool] = match (interposed, b % 2) {
+            (false, _) => &[false],
+            (true, 0) => &[false, true],
+            (true, _) => &[true, false],
+        };
+        for &direct in order {
+            let f = if direct { own_launch } else { launch };
+            let t = Instant::now();
+            for _ in 0..batch {
+                let mut args = [(&mut block_ns as *mut u64).cast::<c_void>()];
+                // SAFETY: a valid function handle and argument array.
+                unsafe {
+                    f(
+                        func,
+                        1,
+                        1,
+                        1,
+                        32,
+                        1,
+                        1,
+                        0,
+                        CUstream::NULL,
+                        args.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                };
+            }
+            let ns = t.elapsed().as_nanos() as f64 / f64::from(batch);
+            if direct {
+                own.push(ns)
+            } else {
+                via.push(ns)
+            }
+            // SAFETY: waits for this context's queued work.
+            unsafe { sync() };
         }
-        v.push(t.elapsed().as_nanos() as f64 / f64::from(batch));
-        // SAFETY: waits for this context's queued work.
-        unsafe { sync() };
     }
-    let launch_ns = median(v);
+    let launch_ns = (median(via), (!own.is_empty()).then(|| median(own)));
     // The same entry with a null function: the driver refuses at once, so
     // the driver's share is tiny and the wrapper's stands out.
-    let launch_null_ns = time(&mut || {
+    let launch_null_ns = time(&mut |direct| {
+        let f = if direct { own_launch } else { launch };
         // SAFETY: a null function handle is refused by the driver.
         unsafe {
-            launch(
+            f(
                 CUfunction::NULL,
                 1,
                 1,
@@ -374,15 +471,23 @@ fn bench(o: &Opts) -> Result<(), String> {
             )
         };
     });
-    let info_ns = time(&mut || {
+    let info_ns = time(&mut |direct| {
+        let info = if direct { own_info } else { cu.info };
         let (mut f, mut t) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
-        unsafe { (cu.info)(&mut f, &mut t) };
+        unsafe { info(&mut f, &mut t) };
     });
-    say!("bench.alloc_free_ns={alloc_free:.1}");
-    say!("bench.launch_ns={launch_ns:.1}");
-    say!("bench.launch_null_ns={launch_null_ns:.1}");
-    say!("bench.mem_get_info_ns={info_ns:.1}");
+    for (key, (via, own)) in [
+        ("alloc_free_ns", alloc_free),
+        ("launch_ns", launch_ns),
+        ("launch_null_ns", launch_null_ns),
+        ("mem_get_info_ns", info_ns),
+    ] {
+        say!("bench.{key}={via:.1}");
+        if let Some(own) = own {
+            say!("bench.direct.{key}={own:.1}");
+        }
+    }
     Ok(())
 }
 
