@@ -46,49 +46,14 @@ pub fn sym(lib: Option<Lib>, name: &CStr) -> Result<*mut c_void, String> {
     }
 }
 
-/// The start of glibc's `struct link_map` (link.h), which is public ABI.
-#[repr(C)]
-struct LinkMapHead {
-    l_addr: usize,
-    l_name: *const std::ffi::c_char,
-}
-
 /// `name` as `lib` itself defines it, never a preloaded interposer's: the
 /// driver's own entry point, for timing a call with and without the
-/// interposer in one process. Read from the library file's dynamic symbol
-/// table at the address the loader mapped it, since an interposer may
-/// answer every `dlsym`/`dlvsym` lookup of a driver name with its hook
-/// (libvgpu.so does).
+/// interposer in one process (`vgpu_cuda_abi::elf::own_symbol`: an
+/// interposer may answer every `dlsym`/`dlvsym` lookup of a driver name
+/// with its hook, as libvgpu.so does).
 pub fn own_sym(lib: Lib, name: &str) -> Result<*mut c_void, String> {
-    let mut lm: *const LinkMapHead = std::ptr::null();
-    // SAFETY: a handle dlopen returned; RTLD_DI_LINKMAP writes one
-    // `struct link_map *` through the pointer.
-    let r = unsafe {
-        libc::dlinfo(
-            lib.0,
-            libc::RTLD_DI_LINKMAP,
-            (&mut lm as *mut *const LinkMapHead).cast(),
-        )
-    };
-    if r != 0 || lm.is_null() {
-        return Err(format!("dlinfo(RTLD_DI_LINKMAP): {}", dlerror()));
-    }
-    // SAFETY: the loader's link map of a library never closed; `l_name` is
-    // a NUL-terminated path it keeps for the map's life.
-    let (base, path) = unsafe {
-        let m = &*lm;
-        (
-            m.l_addr,
-            CStr::from_ptr(m.l_name).to_string_lossy().into_owned(),
-        )
-    };
-    let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-    // SAFETY: read-only map of a library file that is not rewritten while
-    // it is loaded.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("{path}: {e}"))?;
-    let value = vgpu_cuda_abi::elf::dynsym_value(&map, name)
-        .ok_or_else(|| format!("{path} defines no {name}"))?;
-    Ok(base.wrapping_add(value as usize) as *mut c_void)
+    // SAFETY: a handle dlopen returned, never closed.
+    unsafe { vgpu_cuda_abi::elf::own_symbol(lib.0, name) }
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! point past a preloaded interposer (whose `dlsym` and `dlvsym` answer a
 //! driver name with its hook). The benchmarks time the driver's own call
 //! beside the interposed one in the same process this way. ELF64,
-//! little-endian (x86_64, aarch64); plain byte reads, no unsafe.
+//! little-endian (x86_64, aarch64): the parse is plain byte reads; the one
+//! unsafe call asks the loader where it mapped the library.
+use std::ffi::{c_char, c_void, CStr};
 
 /// `SHT_DYNSYM`.
 const SHT_DYNSYM: usize = 11;
@@ -62,6 +64,48 @@ pub fn dynsym_value(elf: &[u8], name: &str) -> Option<u64> {
         }
     }
     None
+}
+
+/// The start of glibc's `struct link_map` (link.h, public ABI).
+#[repr(C)]
+struct LinkMapHead {
+    l_addr: usize,
+    l_name: *const c_char,
+}
+
+/// `name` as the library behind `handle` itself defines it, never a
+/// preloaded interposer's: its file's dynamic symbol table, at the address
+/// the loader mapped it.
+///
+/// # Safety
+/// `handle` is a handle `dlopen` returned that stays open while the
+/// result is used.
+pub unsafe fn own_symbol(handle: *mut c_void, name: &str) -> Result<*mut c_void, String> {
+    let mut lm: *const LinkMapHead = std::ptr::null();
+    // SAFETY: the caller's open handle; RTLD_DI_LINKMAP writes one
+    // `struct link_map *` through the pointer it is given.
+    let r = unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            (&mut lm as *mut *const LinkMapHead).cast(),
+        )
+    };
+    if r != 0 || lm.is_null() {
+        return Err("dlinfo(RTLD_DI_LINKMAP) failed".into());
+    }
+    // SAFETY: the loader's map of a library the caller keeps open; its
+    // `l_name` is a NUL-terminated path kept for the map's life.
+    let (base, path) = unsafe {
+        let m = &*lm;
+        (
+            m.l_addr,
+            CStr::from_ptr(m.l_name).to_string_lossy().into_owned(),
+        )
+    };
+    let image = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
+    let value = dynsym_value(&image, name).ok_or_else(|| format!("{path} defines no {name}"))?;
+    Ok(base.wrapping_add(value as usize) as *mut c_void)
 }
 
 #[cfg(test)]

@@ -68,44 +68,12 @@ impl Lib {
     }
 }
 
-/// The start of glibc's `struct link_map` (link.h, public ABI).
-#[repr(C)]
-struct LinkMapHead {
-    l_addr: usize,
-    l_name: *const std::ffi::c_char,
-}
-
 impl Lib {
-    /// `name` as the library itself defines it (its file's dynamic symbol
-    /// table at the address the loader mapped it), past any preloaded
+    /// `name` as the library itself defines it, past any preloaded
     /// interposer, whose `dlsym` answers a driver name with its hook.
     fn own<F: Copy>(&self, name: &str) -> Result<F, String> {
-        let mut lm: *const LinkMapHead = std::ptr::null();
-        // SAFETY: a handle dlopen returned; RTLD_DI_LINKMAP writes one
-        // `struct link_map *` through the pointer.
-        let r = unsafe {
-            libc::dlinfo(
-                self.0,
-                libc::RTLD_DI_LINKMAP,
-                (&mut lm as *mut *const LinkMapHead).cast(),
-            )
-        };
-        if r != 0 || lm.is_null() {
-            return Err("dlinfo(RTLD_DI_LINKMAP) failed".into());
-        }
-        // SAFETY: the loader's map of a library never closed; `l_name` is
-        // a NUL-terminated path kept for the map's life.
-        let (base, path) = unsafe {
-            let m = &*lm;
-            (
-                m.l_addr,
-                CStr::from_ptr(m.l_name).to_string_lossy().into_owned(),
-            )
-        };
-        let elf = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
-        let v = vgpu_cuda_abi::elf::dynsym_value(&elf, name)
-            .ok_or_else(|| format!("{path} defines no {name}"))?;
-        let p = base.wrapping_add(v as usize) as Ptr;
+        // SAFETY: a handle dlopen returned, never closed.
+        let p = unsafe { vgpu_cuda_abi::elf::own_symbol(self.0, name) }?;
         // SAFETY: `own!` asks for `sig::<name>`, the C type of the symbol.
         Ok(unsafe { std::mem::transmute_copy::<Ptr, F>(&p) })
     }
