@@ -203,21 +203,9 @@ impl<M: Copy> Meter<M> {
 
     /// Before a launch of `kind` on `stream`: makes sure a burst is open
     /// for it (closing one of another kind, and dropping one whose stream
-    /// probably drained). False when the launch goes unmeasured (the driver
-    /// refused a marker).
-    pub fn before_launch<K: Markers<Mark = M>>(
-        &mut self,
-        k: &K,
-        now_ns: u64,
-        stream: u64,
-        kind: Kind,
-        p: &Params,
-    ) -> bool {
-        self.open_for(k, now_ns, stream, kind, p).is_some()
-    }
-
-    /// `before_launch`, with the index of the burst open for `stream`.
-    fn open_for<K: Markers<Mark = M>>(
+    /// probably drained) and returns its index. `None` when the launch goes
+    /// unmeasured (the driver refused a marker, or every burst is full).
+    fn before_launch<K: Markers<Mark = M>>(
         &mut self,
         k: &K,
         now_ns: u64,
@@ -312,7 +300,7 @@ impl<M: Copy> Meter<M> {
         }
     }
 
-    /// At the gate, before the launch call: `before_launch`, then counts
+    /// At the gate, before the launch call: opens its burst if needed, then counts
     /// the launch into its stream's burst as if it went through (what
     /// `after_launch` does once it returned), so a launch that does go
     /// through needs nothing after its call unless its burst must close
@@ -331,7 +319,7 @@ impl<M: Copy> Meter<M> {
         estimated: bool,
         p: &Params,
     ) -> Option<(u64, bool)> {
-        let i = self.open_for(k, now_ns, stream, kind, p)?;
+        let i = self.before_launch(k, now_ns, stream, kind, p)?;
         let o = self.open[i].as_mut()?;
         let close = o.count(now_ns, charged_ns, estimated, p);
         Some((o.id, close))
@@ -557,7 +545,7 @@ mod tests {
         let p = Params::default();
         let k = Fake::default();
         let mut m = Meter::default();
-        assert!(m.before_launch(&k, 0, 7, Kind::Kernel, &p));
+        assert!(m.before_launch(&k, 0, 7, Kind::Kernel, &p).is_some());
         m.after_launch(
             &k,
             1_000,
@@ -569,7 +557,7 @@ mod tests {
             },
             &p,
         );
-        assert!(m.before_launch(&k, 2_000, 7, Kind::Kernel, &p));
+        assert!(m.before_launch(&k, 2_000, 7, Kind::Kernel, &p).is_some());
         m.after_launch(
             &k,
             3_000,
@@ -583,7 +571,9 @@ mod tests {
         );
         assert_eq!(m.pending(), 0);
         // Age: the marker period passed.
-        assert!(m.before_launch(&k, 2_000_000, 7, Kind::Kernel, &p));
+        assert!(m
+            .before_launch(&k, 2_000_000, 7, Kind::Kernel, &p)
+            .is_some());
         m.after_launch(
             &k,
             2_000_001,
@@ -597,7 +587,9 @@ mod tests {
         );
         assert_eq!(m.pending(), 1);
         // A synchronize closes whatever holds launches.
-        assert!(m.before_launch(&k, 2_100_000, 7, Kind::Kernel, &p));
+        assert!(m
+            .before_launch(&k, 2_100_000, 7, Kind::Kernel, &p)
+            .is_some());
         m.after_launch(
             &k,
             2_100_001,
@@ -727,7 +719,7 @@ mod tests {
         // The driver refuses markers: launches are not metered.
         let mut m2: Meter<u32> = Meter::default();
         *k.refuse.borrow_mut() = true;
-        assert!(!m2.before_launch(&k, 0, 1, Kind::Kernel, &p));
+        assert!(m2.before_launch(&k, 0, 1, Kind::Kernel, &p).is_none());
         assert_eq!(m2.stats().failures, 1);
     }
 
@@ -784,7 +776,9 @@ mod tests {
         );
         // 100 ms later, no synchronize in between: the stream drained long
         // ago; measuring now would count 100 ms of idle time.
-        assert!(m.before_launch(&k, 100_000_000, 1, Kind::Kernel, &p));
+        assert!(m
+            .before_launch(&k, 100_000_000, 1, Kind::Kernel, &p)
+            .is_some());
         assert_eq!(m.stats().dropped, 1);
         assert_eq!(m.pending(), 0);
         assert_eq!(k.released.borrow().as_slice(), &[0]);
