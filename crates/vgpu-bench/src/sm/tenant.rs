@@ -248,8 +248,7 @@ pub fn run(a: &TenantArgs) -> Result<TenantReport, String> {
                 // alternate with them (in alternating order), so what the
                 // interposer adds is also read within one process and one
                 // stretch of time.
-                let direct_first = cu.interposed() && rep.launches % 512 == 256;
-                let order: &[bool] = match (cu.interposed(), direct_first) {
+                let order: &[bool] = match (cu.interposed(), rep.launches % 512 == 256) {
                     (false, _) => &[false],
                     (true, false) => &[false, true],
                     (true, true) => &[true, false],

@@ -298,6 +298,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Which entry points batch `b` times, in order: the program's only, or
+/// (under an interposer) both, the order alternating between batches.
+fn batch_order(interposed: bool, b: u32) -> &'static [bool] {
+    match (interposed, b % 2) {
+        (false, _) => &[false],
+        (true, 0) => &[false, true],
+        (true, _) => &[true, false],
+    }
+}
+
 fn bench(o: &Opts) -> Result<(), String> {
     let l = Lib::open(c"libcuda.so.1")?;
     let cu = Cuda::load(&l)?;
@@ -340,12 +350,7 @@ fn bench(o: &Opts) -> Result<(), String> {
     let time = |call: &mut dyn FnMut(bool)| -> (f64, Option<f64>) {
         let (mut via, mut own) = (Vec::new(), Vec::new());
         for b in 0..batches {
-            let order: &[bool] = match (interposed, b % 2) {
-                (false, _) => &[false],
-                (true, 0) => &[false, true],
-                (true, _) => &[true, false],
-            };
-            for &direct in order {
+            for &direct in batch_order(interposed, b) {
                 let t = Instant::now();
                 for _ in 0..per {
                     call(direct);
@@ -380,12 +385,7 @@ fn bench(o: &Opts) -> Result<(), String> {
     let batch = 128;
     let (mut via, mut own) = (Vec::new(), Vec::new());
     for b in 0..(o.iters / batch).max(15) {
-        let order: &[bool] = match (interposed, b % 2) {
-            (false, _) => &[false],
-            (true, 0) => &[false, true],
-            (true, _) => &[true, false],
-        };
-        for &direct in order {
+        for &direct in batch_order(interposed, b) {
             let f = if direct { own_launch } else { launch };
             let t = Instant::now();
             for _ in 0..batch {
