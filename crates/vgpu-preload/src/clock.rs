@@ -1,6 +1,7 @@
 //! Time for the limiter and `cuInit`'s phase stamps, injected:
-//! [`MonotonicClock`] in the library, [`FakeClock`] in tests (firecracker's
-//! token bucket is the model), so pacing logic is tested without sleeping.
+//! [`MonotonicClock`] for the phase stamps and [`TSC`] for the limiter in
+//! the library, [`FakeClock`] in tests (firecracker's token bucket is the
+//! model), so pacing logic is tested without sleeping.
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A monotonic clock in nanoseconds, and the waits a paced launch makes.
@@ -9,6 +10,30 @@ pub trait Clock: Sync {
     /// Blocks the calling thread for `ns` (a paced launch's wait).
     fn sleep_ns(&self, ns: u64) {
         std::thread::sleep(std::time::Duration::from_nanos(ns));
+    }
+    /// The owned thread's round: a clock that keeps state re-anchors it.
+    /// Returns why the clock stopped using its fast source, once.
+    fn tick(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// The limiter's clock: CLOCK_MONOTONIC read from the TSC between the
+/// owned thread's anchors, where the kernel's clock is the TSC too
+/// (`vgpu_region::TscClock`: half the cost of a vDSO read on the paced
+/// launch path; the kernel's clock whenever it cannot be kept right).
+pub static TSC: vgpu_region::TscClock = vgpu_region::TscClock::new();
+
+impl Clock for vgpu_region::TscClock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        vgpu_region::TscClock::now_ns(self)
+    }
+    fn tick(&self) -> Option<&'static str> {
+        match self.anchor() {
+            vgpu_region::clock::Anchored::Off(why) => Some(why),
+            _ => None,
+        }
     }
 }
 

@@ -25,7 +25,7 @@
 #[cfg(not(loom))]
 pub mod board;
 #[cfg(not(loom))]
-mod clock;
+pub mod clock;
 #[cfg(not(loom))]
 mod copy;
 pub mod core;
@@ -40,6 +40,7 @@ mod open;
 pub mod pacing;
 #[cfg(not(loom))]
 mod region;
+pub mod seqlock;
 #[cfg(not(loom))]
 mod shm;
 #[cfg(not(loom))]
@@ -50,7 +51,7 @@ pub mod units;
 
 pub use crate::core::{AdmissionError, MemKind, Release, MAX_RESERVATION};
 #[cfg(not(loom))]
-pub use clock::{monotonic_ns, realtime_ns};
+pub use clock::{monotonic_ns, realtime_ns, TscClock};
 pub use layout::{FormatError, HeaderInfo};
 #[cfg(not(loom))]
 pub use region::{

@@ -248,3 +248,39 @@ fn admission_sees_a_slot_claimed_concurrently() {
         assert!(!(wa && wb), "both admitted");
     });
 }
+
+/// The TSC clock's anchor (`seqlock::Seq3`): a reader racing two writes
+/// and a withdrawal takes the words of one write or nothing, never a mix,
+/// and never an older write after a newer one. (Both sides run on spawned
+/// threads: loom does not preempt the model's main thread here.)
+#[test]
+fn a_seqlock_reader_sees_one_whole_write_or_none() {
+    use vgpu_region::seqlock::Seq3;
+    builder().check(|| {
+        let s = Arc::new(Seq3::new());
+        let w = {
+            let s = s.clone();
+            loom::thread::spawn(move || {
+                s.write([1, 1, 1]);
+                s.write([2, 2, 2]);
+                s.withdraw();
+            })
+        };
+        let r = {
+            let s = s.clone();
+            loom::thread::spawn(move || {
+                let mut last = 0;
+                for _ in 0..2 {
+                    if let Some([a, b, c]) = s.read() {
+                        assert!(a == b && b == c, "torn: {a} {b} {c}");
+                        assert!(a >= last, "went back from {last} to {a}");
+                        last = a;
+                    }
+                }
+            })
+        };
+        w.join().unwrap();
+        r.join().unwrap();
+        assert_eq!(s.read(), None, "withdrawn at the end");
+    });
+}

@@ -206,7 +206,7 @@ fn build_for(p: &'static Proc) -> &'static Limiter {
         p,
         &REAL_CUDA,
         &REAL_NVML,
-        &clock::MONOTONIC,
+        &clock::TSC,
     )))
 }
 
@@ -216,6 +216,7 @@ fn build_for(p: &'static Proc) -> &'static Limiter {
 fn forked() {
     SLOW.store(true, Ordering::Release);
     CAPTURES.reset();
+    clock::TSC.forked();
 }
 
 /// Recomputes the hot-path word from the devices' targets.
@@ -332,8 +333,14 @@ impl Limiter {
                     // ~40 ns, the most of the paced path's cost). The meter
                     // dates the launch into its burst a call's length
                     // early: the burst closes at most one launch later.
-                    d.pacer
-                        .launched(&d.markers, &cells, ticket, r.is_success(), now - start, now);
+                    d.pacer.launched(
+                        &d.markers,
+                        &cells,
+                        ticket,
+                        r.is_success(),
+                        now.saturating_sub(start),
+                        now,
+                    );
                     return r;
                 }
                 Admit::Wait { until_ns } | Admit::Suspended { until_ns } => {
