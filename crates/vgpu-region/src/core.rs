@@ -117,12 +117,23 @@ pub enum MemKind {
     Data,
 }
 
-fn kind_counter(sd: &RawSlotDevice, kind: MemKind) -> &AtomicU64 {
+/// The counter of `kind`: none for data, which is what the total holds
+/// beyond context and module (see [`data_of`]). Data is nearly every
+/// reservation, so an allocate/free pair pays for the total alone (one
+/// shared read-modify-write each way, not two).
+fn kind_counter(sd: &RawSlotDevice, kind: MemKind) -> Option<&AtomicU64> {
     match kind {
-        MemKind::Context => &sd.context,
-        MemKind::Module => &sd.module,
-        MemKind::Data => &sd.data,
+        MemKind::Context => Some(&sd.context),
+        MemKind::Module => Some(&sd.module),
+        MemKind::Data => None,
     }
+}
+
+/// A slot's data bytes on a device: its admission total less its context
+/// and module memory (exact at rest; while one of the slot's own
+/// reservations is being decided it includes those bytes).
+pub fn data_of(total: u64, context: u64, module: u64) -> u64 {
+    total.saturating_sub(context.saturating_add(module))
 }
 
 /// Finds (or adds) the namespace inode in the header's table.
@@ -458,7 +469,9 @@ pub fn reserve<E: Env>(
             return unrepresentable;
         }
         env.step("reserve.before_kind");
-        saturating_add(kind_counter(sd, kind), bytes);
+        if let Some(c) = kind_counter(sd, kind) {
+            saturating_add(c, bytes);
+        }
         return Ok(());
     }
     if bytes > limit {
@@ -481,7 +494,9 @@ pub fn reserve<E: Env>(
         let used = device_total(v, dev);
         if used <= limit {
             env.step("reserve.before_kind");
-            saturating_add(kind_counter(sd, kind), bytes);
+            if let Some(c) = kind_counter(sd, kind) {
+                saturating_add(c, bytes);
+            }
             return Ok(());
         }
         total.fetch_sub(bytes, SeqCst);
@@ -532,23 +547,46 @@ pub fn release<E: Env>(
         };
     }
     let sd = &v.slots[idx].devices[dev];
-    let kc = kind_counter(sd, kind);
-    let mut cur = kc.load(SeqCst);
-    let released = loop {
-        let r = cur.min(bytes);
-        match kc.compare_exchange_weak(cur, cur - r, SeqCst, SeqCst) {
-            Ok(_) => break r,
-            Err(c) => cur = c,
+    let total = v.total(dev, idx);
+    let released = match kind_counter(sd, kind) {
+        Some(kc) => {
+            let mut cur = kc.load(SeqCst);
+            let released = loop {
+                let r = cur.min(bytes);
+                match kc.compare_exchange_weak(cur, cur - r, SeqCst, SeqCst) {
+                    Ok(_) => break r,
+                    Err(c) => cur = c,
+                }
+            };
+            env.step("release.before_total");
+            // total ≥ context + module always holds (reserve adds to total
+            // first, release subtracts from it last); saturate anyway.
+            let mut t = total.load(SeqCst);
+            while let Err(c) =
+                total.compare_exchange_weak(t, t.saturating_sub(released), SeqCst, SeqCst)
+            {
+                t = c;
+            }
+            released
+        }
+        None => {
+            // Data: at most what the total holds beyond context and module
+            // (an over-release is clamped there, never taken from them).
+            let floor = sd
+                .context
+                .load(SeqCst)
+                .saturating_add(sd.module.load(SeqCst));
+            env.step("release.before_total");
+            let mut t = total.load(SeqCst);
+            loop {
+                let r = data_of(t, floor, 0).min(bytes);
+                match total.compare_exchange_weak(t, t - r, SeqCst, SeqCst) {
+                    Ok(_) => break r,
+                    Err(c) => t = c,
+                }
+            }
         }
     };
-    env.step("release.after_kind");
-    // total ≥ context + module + data always holds (reserve adds to total
-    // first, release subtracts from it last); saturate anyway.
-    let total = v.total(dev, idx);
-    let mut t = total.load(SeqCst);
-    while let Err(c) = total.compare_exchange_weak(t, t.saturating_sub(released), SeqCst, SeqCst) {
-        t = c;
-    }
     Release {
         released,
         clamped: released < bytes,

@@ -13,7 +13,7 @@ pub const STEPS: &[&str] = &[
     "register.after_claim",
     "reserve.after_add",
     "reserve.before_kind",
-    "release.after_kind",
+    "release.before_total",
     "reclaim.after_mark",
     "reclaim.mid_clear",
     "reclaim.before_free",

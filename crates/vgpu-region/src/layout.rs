@@ -165,7 +165,8 @@ pub struct RawSlot {
 
 /// One slot's usage of one device (one cache line). Its admission total
 /// (every reservation and transient attempt of the slot; ≥ context +
-/// module + data at all times) lives in the dense totals table.
+/// module at all times, the rest being data) lives in the dense totals
+/// table.
 #[repr(C, align(64))]
 pub struct RawSlotDevice {
     /// Reserved, zero.
@@ -174,7 +175,9 @@ pub struct RawSlotDevice {
     pub context: AtomicU64,
     /// Module memory.
     pub module: AtomicU64,
-    /// Data allocations.
+    /// Not written: data allocations have no counter of their own (they
+    /// are the total less context and module). Earlier layout-3 builds
+    /// kept one here; nothing reads it now.
     pub data: AtomicU64,
     /// Monitor sample: memory the driver reports for this process.
     pub monitor_mem: AtomicU64,

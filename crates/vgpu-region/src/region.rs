@@ -1617,15 +1617,11 @@ impl SlotRef<'_> {
         match (self.raw, dev < self.devices) {
             (Some(s), true) => {
                 let d = &s.devices[dev as usize];
-                Usage {
-                    context: d.context.load(SeqCst),
-                    module: d.module.load(SeqCst),
-                    data: d.data.load(SeqCst),
-                    total: self
-                        .total
-                        .get(dev as usize * self.slots + self.idx)
-                        .map_or(0, |t| t.load(SeqCst)),
-                }
+                let total = self
+                    .total
+                    .get(dev as usize * self.slots + self.idx)
+                    .map_or(0, |t| t.load(SeqCst));
+                Usage::of(total, d.context.load(SeqCst), d.module.load(SeqCst))
             }
             _ => Usage::default(),
         }

@@ -263,12 +263,11 @@ pub(crate) fn take(r: &Region) -> Snapshot {
         let mut sdev = Vec::new();
         for (d, dev) in devices.iter_mut().enumerate() {
             let c = &s.devices[d];
-            let usage = Usage {
-                context: c.context.load(SeqCst),
-                module: c.module.load(SeqCst),
-                data: c.data.load(SeqCst),
-                total: v.total(d, i).load(SeqCst),
-            };
+            let usage = Usage::of(
+                v.total(d, i).load(SeqCst),
+                c.context.load(SeqCst),
+                c.module.load(SeqCst),
+            );
             dev.context = dev.context.saturating_add(usage.context);
             dev.module = dev.module.saturating_add(usage.module);
             dev.data = dev.data.saturating_add(usage.data);

@@ -193,10 +193,23 @@ pub struct Usage {
     pub context: u64,
     /// Module memory.
     pub module: u64,
-    /// Data allocations.
+    /// Data allocations: the total less context and module (no counter of
+    /// its own in the region; see `core::data_of`).
     pub data: u64,
     /// Admission total (≥ the sum of the three).
     pub total: u64,
+}
+
+impl Usage {
+    /// A slot's usage from its admission total and kind counters.
+    pub fn of(total: u64, context: u64, module: u64) -> Usage {
+        Usage {
+            context,
+            module,
+            data: crate::core::data_of(total, context, module),
+            total,
+        }
+    }
 }
 
 const _: () = {

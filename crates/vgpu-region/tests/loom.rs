@@ -204,12 +204,54 @@ fn release_races_admission_without_underflow() {
         assert_eq!(rel.clamped, rel.released < 9);
         let v = m.view();
         let d = &v.slots[0].devices[0];
-        let data = d.data.load(loom::sync::atomic::Ordering::SeqCst);
-        let total = v.total(0, 0).load(loom::sync::atomic::Ordering::SeqCst);
-        // Whatever the order, nothing wrapped and total covers the kinds.
+        let ld = |a: &loom::sync::atomic::AtomicU64| a.load(loom::sync::atomic::Ordering::SeqCst);
+        let total = ld(v.total(0, 0));
+        let data = data_of(total, ld(&d.context), ld(&d.module));
+        // Whatever the order, nothing wrapped and the data is the total.
         assert!(data <= 9 && total <= 9, "data {data} total {total}");
         assert_eq!(total, data);
         assert_eq!(data + rel.released, 6 + if won { 3 } else { 0 });
+    });
+}
+
+/// Data has no counter of its own (it is the total less context and
+/// module): a free of data racing a context reservation of the same slot
+/// takes exactly its bytes, and the kinds still add up to the total.
+#[test]
+fn a_data_free_racing_a_context_reservation_keeps_the_kinds_exact() {
+    builder().check(|| {
+        let m = Arc::new(Mem::new(1));
+        {
+            let v = m.view();
+            v.owners[0].store(
+                encode(ST_LIVE, owner(1)),
+                loom::sync::atomic::Ordering::SeqCst,
+            );
+            v.header
+                .slot_high_water
+                .store(1, loom::sync::atomic::Ordering::SeqCst);
+            reserve(&v, 0, 0, MemKind::Context, 4, 20, &ModelEnv).unwrap();
+            reserve(&v, 0, 0, MemKind::Data, 6, 20, &ModelEnv).unwrap();
+        }
+        let a = {
+            let m = m.clone();
+            loom::thread::spawn(move || release(&m.view(), 0, 0, MemKind::Data, 5, &ModelEnv))
+        };
+        let b = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                reserve(&m.view(), 0, 0, MemKind::Context, 3, 20, &ModelEnv).is_ok()
+            })
+        };
+        let rel = a.join().unwrap();
+        assert!(b.join().unwrap());
+        assert_eq!((rel.released, rel.clamped), (5, false));
+        let v = m.view();
+        let d = &v.slots[0].devices[0];
+        let ld = |a: &loom::sync::atomic::AtomicU64| a.load(loom::sync::atomic::Ordering::SeqCst);
+        let (total, context) = (ld(v.total(0, 0)), ld(&d.context));
+        assert_eq!((total, context), (8, 7));
+        assert_eq!(data_of(total, context, ld(&d.module)), 1);
     });
 }
 

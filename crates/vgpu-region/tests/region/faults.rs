@@ -151,7 +151,7 @@ fn kill_between_admission_and_kind_counter() {
 #[test]
 fn kill_mid_release() {
     fault(
-        "release.after_kind",
+        "release.before_total",
         "open,register,reserve:4096,release:4096",
         None,
         1,
