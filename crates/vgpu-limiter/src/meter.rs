@@ -101,19 +101,6 @@ pub struct Measured {
     pub measured_ns: Option<u64>,
 }
 
-/// A metered launch that returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Launched {
-    /// Its stream.
-    pub stream: u64,
-    /// What it was charged.
-    pub charged_ns: u64,
-    /// The driver queued it.
-    pub ok: bool,
-    /// It was charged an estimate (false: a probe, measured at once).
-    pub estimated: bool,
-}
-
 /// Counters for display and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MeterStats {
@@ -263,50 +250,12 @@ impl<M: Copy> Meter<M> {
         Some(i)
     }
 
-    /// After a metered launch returned. Closes the burst when it is old
-    /// enough, full, a graph (measured alone), or a probe (measured at
-    /// once).
-    pub fn after_launch<K: Markers<Mark = M>>(
-        &mut self,
-        k: &K,
-        now_ns: u64,
-        l: Launched,
-        p: &Params,
-    ) {
-        let Launched {
-            stream,
-            charged_ns,
-            ok,
-            estimated,
-        } = l;
-        let Some(i) = self.find(stream) else { return };
-        let Some(o) = self.open[i].as_mut() else {
-            return;
-        };
-        if !ok {
-            if o.launches == 0 {
-                let start = o.start;
-                self.open[i] = None;
-                k.release(start);
-            }
-            return;
-        }
-        if o.count(now_ns, charged_ns, estimated, p) {
-            self.close(k, i, now_ns);
-            if let Some(o) = self.open[i].as_mut() {
-                // Pending is full: close at the next chance.
-                o.close_now = true;
-            }
-        }
-    }
-
     /// At the gate, before the launch call: opens its burst if needed, then counts
-    /// the launch into its stream's burst as if it went through (what
-    /// `after_launch` does once it returned), so a launch that does go
-    /// through needs nothing after its call unless its burst must close
-    /// then. Returns the burst's id and whether it must close after the
-    /// call (old enough, full, a graph, a probe); `None` when the launch
-    /// goes unmeasured. Then [`settle`](Self::settle) a launch that failed
+    /// the launch into its stream's burst as if it went through, so a
+    /// launch that does go through needs nothing after its call unless its
+    /// burst must close then (old enough, full, a graph measured alone, a
+    /// probe measured at once). Returns the burst's id and whether it must
+    /// close after the call; `None` when the launch goes unmeasured. Then [`settle`](Self::settle) a launch that failed
     /// or must close its burst.
     #[allow(clippy::too_many_arguments)]
     pub fn count_at_gate<K: Markers<Mark = M>>(
@@ -327,7 +276,7 @@ impl<M: Copy> Meter<M> {
 
     /// After the call of a launch [`count_at_gate`](Self::count_at_gate)
     /// counted into burst `id`: one that failed is taken back out (a
-    /// burst left empty is dropped, as `after_launch` drops one); one
+    /// burst left empty is dropped); one
     /// whose burst must close closes it now (its end marker after the
     /// launch). Nothing when that burst was closed meanwhile.
     pub fn settle<K: Markers<Mark = M>>(
@@ -540,67 +489,75 @@ mod tests {
         }
     }
 
+    /// A launch as the pacer meters it: counted at the gate, settled after
+    /// its call (at the gate's time) when it failed or must close its
+    /// burst. Whether it was metered.
+    #[allow(clippy::too_many_arguments)]
+    fn gate(
+        m: &mut Meter<u32>,
+        k: &Fake,
+        now: u64,
+        stream: u64,
+        kind: Kind,
+        charged_ns: u64,
+        ok: bool,
+        estimated: bool,
+        p: &Params,
+    ) -> bool {
+        match m.count_at_gate(k, now, stream, kind, charged_ns, estimated, p) {
+            Some((id, close)) => {
+                if close || !ok {
+                    m.settle(k, now, stream, id, charged_ns, ok);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
     #[test]
     fn bursts_close_by_age_and_sync_and_read_in_order() {
         let p = Params::default();
         let k = Fake::default();
         let mut m = Meter::default();
-        assert!(m.before_launch(&k, 0, 7, Kind::Kernel, &p).is_some());
-        m.after_launch(
+        assert!(gate(&mut m, &k, 0, 7, Kind::Kernel, 50_000, true, true, &p));
+        assert!(gate(
+            &mut m,
             &k,
-            1_000,
-            Launched {
-                stream: 7,
-                charged_ns: 50_000,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
-        assert!(m.before_launch(&k, 2_000, 7, Kind::Kernel, &p).is_some());
-        m.after_launch(
-            &k,
-            3_000,
-            Launched {
-                stream: 7,
-                charged_ns: 50_000,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
+            2_000,
+            7,
+            Kind::Kernel,
+            50_000,
+            true,
+            true,
+            &p
+        ));
         assert_eq!(m.pending(), 0);
         // Age: the marker period passed.
-        assert!(m
-            .before_launch(&k, 2_000_000, 7, Kind::Kernel, &p)
-            .is_some());
-        m.after_launch(
+        assert!(gate(
+            &mut m,
             &k,
-            2_000_001,
-            Launched {
-                stream: 7,
-                charged_ns: 50_000,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
+            2_000_000,
+            7,
+            Kind::Kernel,
+            50_000,
+            true,
+            true,
+            &p
+        ));
         assert_eq!(m.pending(), 1);
         // A synchronize closes whatever holds launches.
-        assert!(m
-            .before_launch(&k, 2_100_000, 7, Kind::Kernel, &p)
-            .is_some());
-        m.after_launch(
+        assert!(gate(
+            &mut m,
             &k,
-            2_100_001,
-            Launched {
-                stream: 7,
-                charged_ns: 50_000,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
+            2_100_000,
+            7,
+            Kind::Kernel,
+            50_000,
+            true,
+            true,
+            &p
+        ));
         m.close_all(&k, 2_100_002);
         assert_eq!(m.pending(), 2);
         assert!(m.poll(&k).is_none(), "markers not happened yet");
@@ -630,16 +587,15 @@ mod tests {
         let k = Fake::default();
         let mut m = Meter::default();
         assert!(!m.blocked(0, false));
-        m.before_launch(&k, 0, 1, Kind::Kernel, &p);
-        m.after_launch(
+        gate(
+            &mut m,
             &k,
+            0,
             1,
-            Launched {
-                stream: 1,
-                charged_ns: p.initial_estimate_ns,
-                ok: true,
-                estimated: false,
-            },
+            Kind::Kernel,
+            p.initial_estimate_ns,
+            true,
+            false,
             &p,
         );
         assert_eq!(m.pending(), 1, "a probe is closed at once");
@@ -649,31 +605,13 @@ mod tests {
         assert!(m.poll(&k).is_some());
         assert!(!m.blocked(3, false));
         // A graph: its own burst, closed right after.
-        m.before_launch(&k, 10, 1, Kind::Kernel, &p);
-        m.after_launch(
-            &k,
-            11,
-            Launched {
-                stream: 1,
-                charged_ns: 5,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
-        m.before_launch(&k, 12, 1, Kind::Graph(9), &p);
+        gate(&mut m, &k, 10, 1, Kind::Kernel, 5, true, true, &p);
+        let (id, close) = m
+            .count_at_gate(&k, 12, 1, Kind::Graph(9), 5, true, &p)
+            .unwrap();
         assert_eq!(m.pending(), 1, "the kernel burst closed first");
-        m.after_launch(
-            &k,
-            13,
-            Launched {
-                stream: 1,
-                charged_ns: 5,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
+        assert!(close, "a graph's burst closes right after its call");
+        m.settle(&k, 12, 1, id, 5, true);
         assert_eq!(m.pending(), 2);
     }
 
@@ -682,36 +620,14 @@ mod tests {
         let p = Params::default();
         let k = Fake::default();
         let mut m = Meter::default();
-        m.before_launch(&k, 0, 1, Kind::Kernel, &p);
-        m.after_launch(
-            &k,
-            0,
-            Launched {
-                stream: 1,
-                charged_ns: 100_000,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
+        gate(&mut m, &k, 0, 1, Kind::Kernel, 100_000, true, true, &p);
         m.close_all(&k, 0);
         // Charged 100 µs: overdue after 4 × 100 µs + 5 ms.
         assert!(!m.blocked(5_000_000, true));
         assert!(m.blocked(5_400_001, true));
         // Fill the pending queue.
         for i in 1..PENDING as u64 {
-            m.before_launch(&k, i, 1, Kind::Kernel, &p);
-            m.after_launch(
-                &k,
-                i,
-                Launched {
-                    stream: 1,
-                    charged_ns: 1,
-                    ok: true,
-                    estimated: true,
-                },
-                &p,
-            );
+            gate(&mut m, &k, i, 1, Kind::Kernel, 1, true, true, &p);
             m.close_all(&k, i);
         }
         assert_eq!(m.pending(), PENDING);
@@ -729,18 +645,7 @@ mod tests {
         let k = Fake::default();
         let mut m = Meter::default();
         let launch = |m: &mut Meter<u32>, at: u64| {
-            m.before_launch(&k, at, 1, Kind::Kernel, &p);
-            m.after_launch(
-                &k,
-                at,
-                Launched {
-                    stream: 1,
-                    charged_ns: 50_000,
-                    ok: true,
-                    estimated: true,
-                },
-                &p,
-            );
+            gate(m, &k, at, 1, Kind::Kernel, 50_000, true, true, &p);
         };
         // Closed at once (the gate said wait right after a launch): measured.
         launch(&mut m, 0);
@@ -762,38 +667,18 @@ mod tests {
         let p = Params::default();
         let k = Fake::default();
         let mut m = Meter::default();
-        m.before_launch(&k, 0, 1, Kind::Kernel, &p);
-        m.after_launch(
-            &k,
-            10,
-            Launched {
-                stream: 1,
-                charged_ns: 50_000,
-                ok: true,
-                estimated: true,
-            },
-            &p,
-        );
+        gate(&mut m, &k, 0, 1, Kind::Kernel, 50_000, true, true, &p);
         // 100 ms later, no synchronize in between: the stream drained long
         // ago; measuring now would count 100 ms of idle time.
-        assert!(m
-            .before_launch(&k, 100_000_000, 1, Kind::Kernel, &p)
-            .is_some());
+        let (id, _) = m
+            .count_at_gate(&k, 100_000_000, 1, Kind::Kernel, 50_000, true, &p)
+            .unwrap();
         assert_eq!(m.stats().dropped, 1);
         assert_eq!(m.pending(), 0);
         assert_eq!(k.released.borrow().as_slice(), &[0]);
         // A failed launch leaves nothing behind.
-        m.after_launch(
-            &k,
-            100_000_001,
-            Launched {
-                stream: 1,
-                charged_ns: 50_000,
-                ok: false,
-                estimated: true,
-            },
-            &p,
-        );
+        m.settle(&k, 100_000_001, 1, id, 50_000, false);
+        assert_eq!(m.pending(), 0);
         m.clear(&k);
         assert_eq!(k.released.borrow().len(), 2);
     }
