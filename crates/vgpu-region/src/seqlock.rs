@@ -105,28 +105,40 @@ mod tests {
 
     #[test]
     fn racing_readers_never_see_words_of_two_writes() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
         let s = std::sync::Arc::new(Seq3::new());
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let seen = std::sync::Arc::new(AtomicU64::new(0));
         let readers: Vec<_> = (0..2)
             .map(|_| {
-                let (s, stop) = (s.clone(), stop.clone());
+                let (s, stop, seen) = (s.clone(), stop.clone(), seen.clone());
                 std::thread::spawn(move || {
-                    let mut seen = 0u64;
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    while !stop.load(Relaxed) {
                         if let Some([a, b, c]) = s.read() {
                             assert!(a == b && b == c, "torn read {a} {b} {c}");
-                            seen += 1;
+                            seen.fetch_add(1, Relaxed);
                         }
                     }
-                    seen
                 })
             })
             .collect();
-        for i in 1..=200_000u64 {
+        // Writes go on until the readers have read a while beside them (a
+        // loaded machine may start them late), for at most 20 s.
+        let t0 = std::time::Instant::now();
+        let mut i = 0u64;
+        while seen.load(Relaxed) < 100_000 && t0.elapsed() < std::time::Duration::from_secs(20) {
+            i += 1;
             s.write([i, i, i]);
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let seen: u64 = readers.into_iter().map(|h| h.join().unwrap()).sum();
-        assert!(seen > 0, "the readers read something");
+        stop.store(true, Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert!(
+            seen.load(Relaxed) >= 100_000,
+            "the readers read {} times",
+            seen.load(Relaxed)
+        );
+        assert!(i > 0);
     }
 }
