@@ -439,11 +439,12 @@ mod tests {
             first.abs_diff(monotonic_ns()) < 1_000_000,
             "before any anchor: the kernel's"
         );
+        // The rate needs 20 ms; a loaded machine may stretch that (5 s).
         let t0 = std::time::Instant::now();
         let mut last = Anchored::Waiting;
-        while t0.elapsed() < std::time::Duration::from_millis(60) {
+        while t0.elapsed() < std::time::Duration::from_secs(5) {
             last = c.anchor();
-            if matches!(last, Anchored::Off(_) | Anchored::StaysOff) {
+            if last != Anchored::Waiting {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -453,17 +454,29 @@ mod tests {
                 assert_eq!(last, Anchored::Published, "a TSC clocksource is used");
                 assert!(c.in_use());
                 // Reads between the kernel's: within the bound (20 µs)
-                // plus the time between the reads.
-                let mut worst = 0;
-                for _ in 0..10_000 {
-                    let a = monotonic_ns();
-                    let b = c.now_ns();
-                    let z = monotonic_ns();
-                    if z - a < 2_000 {
-                        worst = worst.max(a.saturating_sub(b)).max(b.saturating_sub(z));
+                // plus the time between the reads. Only triples read
+                // within 2 µs count (not interrupted); a thousand of them.
+                let (mut worst, mut counted, mut tsc_reads) = (0, 0, 0);
+                let t1 = std::time::Instant::now();
+                while counted < 1_000 && t1.elapsed() < std::time::Duration::from_secs(5) {
+                    if c.anchor() == Anchored::Published || c.in_use() {
+                        tsc_reads += 1;
+                    }
+                    for _ in 0..100 {
+                        let a = monotonic_ns();
+                        let b = c.now_ns();
+                        let z = monotonic_ns();
+                        if z - a < 2_000 {
+                            worst = worst.max(a.saturating_sub(b)).max(b.saturating_sub(z));
+                            counted += 1;
+                        }
                     }
                 }
-                eprintln!("worst {worst} ns outside the kernel's reads");
+                assert!(
+                    counted >= 1_000,
+                    "only {counted} uninterrupted reads in 5 s"
+                );
+                assert!(tsc_reads > 0, "the anchor was never in use");
                 assert!(
                     worst < MAX_ERROR_NS,
                     "{worst} ns outside the kernel's reads"
@@ -473,7 +486,7 @@ mod tests {
                 assert!(!why.is_empty());
                 assert!(!c.in_use());
             }
-            other => panic!("no anchor after 60 ms: {other:?}"),
+            other => panic!("no anchor after 5 s: {other:?}"),
         }
         assert!(c.now_ns() >= first);
     }
