@@ -29,6 +29,18 @@ fn builder() -> loom::model::Builder {
     b
 }
 
+/// Set-up before the model's threads start: the owner word of `slot`.
+fn own(v: &View<'_>, slot: usize, word: u64) {
+    v.owners[slot].store(word, loom::sync::atomic::Ordering::SeqCst);
+}
+
+/// Set-up: slots below `n` count in admission sums.
+fn high_water(v: &View<'_>, n: u32) {
+    v.header
+        .slot_high_water
+        .store(n, loom::sync::atomic::Ordering::SeqCst);
+}
+
 #[test]
 fn claims_are_exclusive() {
     builder().check(|| {
@@ -60,17 +72,9 @@ fn reclaim_races_with_claim_and_another_reclaimer() {
         {
             // Slot 0: a dead process holding 7 bytes.
             let v = m.view();
-            v.owners[0].store(
-                encode(ST_LIVE, owner(95)),
-                loom::sync::atomic::Ordering::SeqCst,
-            );
-            v.header
-                .slot_high_water
-                .store(1, loom::sync::atomic::Ordering::SeqCst);
+            own(&v, 0, encode(ST_LIVE, owner(95)));
+            high_water(&v, 1);
             v.total(0, 0).store(7, loom::sync::atomic::Ordering::SeqCst);
-            v.slots[0].devices[0]
-                .data
-                .store(7, loom::sync::atomic::Ordering::SeqCst);
         }
         let r1 = {
             let m = m.clone();
@@ -107,14 +111,9 @@ fn dead_reclaimer_is_taken_over() {
         {
             let v = m.view();
             // A reclaimer (pid 96) died half way through clearing slot 0.
-            v.owners[0].store(
-                encode(ST_RECLAIMING, owner(96)),
-                loom::sync::atomic::Ordering::SeqCst,
-            );
+            own(&v, 0, encode(ST_RECLAIMING, owner(96)));
             v.total(0, 0).store(9, loom::sync::atomic::Ordering::SeqCst);
-            v.header
-                .slot_high_water
-                .store(1, loom::sync::atomic::Ordering::SeqCst);
+            high_water(&v, 1);
         }
         let hs: Vec<_> = (1..=2)
             .map(|pid| {
@@ -139,14 +138,9 @@ fn admission_never_overcommits() {
         {
             let v = m.view();
             for (i, pid) in [1, 2, 3].into_iter().enumerate() {
-                v.owners[i].store(
-                    encode(ST_LIVE, owner(pid)),
-                    loom::sync::atomic::Ordering::SeqCst,
-                );
+                own(&v, i, encode(ST_LIVE, owner(pid)));
             }
-            v.header
-                .slot_high_water
-                .store(3, loom::sync::atomic::Ordering::SeqCst);
+            high_water(&v, 3);
             // Slot 2 already holds 4 of the 10 allowed.
             reserve(&v, 2, 0, MemKind::Context, 4, 10, &ModelEnv).unwrap();
         }
@@ -172,17 +166,9 @@ fn release_races_admission_without_underflow() {
         let m = Arc::new(Mem::new(2));
         {
             let v = m.view();
-            v.owners[0].store(
-                encode(ST_LIVE, owner(1)),
-                loom::sync::atomic::Ordering::SeqCst,
-            );
-            v.owners[1].store(
-                encode(ST_LIVE, owner(2)),
-                loom::sync::atomic::Ordering::SeqCst,
-            );
-            v.header
-                .slot_high_water
-                .store(2, loom::sync::atomic::Ordering::SeqCst);
+            own(&v, 0, encode(ST_LIVE, owner(1)));
+            own(&v, 1, encode(ST_LIVE, owner(2)));
+            high_water(&v, 2);
             reserve(&v, 0, 0, MemKind::Data, 6, 10, &ModelEnv).unwrap();
         }
         let a = {
@@ -223,13 +209,8 @@ fn a_data_free_racing_a_context_reservation_keeps_the_kinds_exact() {
         let m = Arc::new(Mem::new(1));
         {
             let v = m.view();
-            v.owners[0].store(
-                encode(ST_LIVE, owner(1)),
-                loom::sync::atomic::Ordering::SeqCst,
-            );
-            v.header
-                .slot_high_water
-                .store(1, loom::sync::atomic::Ordering::SeqCst);
+            own(&v, 0, encode(ST_LIVE, owner(1)));
+            high_water(&v, 1);
             reserve(&v, 0, 0, MemKind::Context, 4, 20, &ModelEnv).unwrap();
             reserve(&v, 0, 0, MemKind::Data, 6, 20, &ModelEnv).unwrap();
         }
@@ -263,13 +244,8 @@ fn admission_sees_a_slot_claimed_concurrently() {
         let m = Arc::new(Mem::new(2));
         {
             let v = m.view();
-            v.owners[0].store(
-                encode(ST_LIVE, owner(1)),
-                loom::sync::atomic::Ordering::SeqCst,
-            );
-            v.header
-                .slot_high_water
-                .store(1, loom::sync::atomic::Ordering::SeqCst);
+            own(&v, 0, encode(ST_LIVE, owner(1)));
+            high_water(&v, 1);
         }
         let a = {
             let m = m.clone();
