@@ -571,7 +571,8 @@ pub fn release<E: Env>(
         }
         None => {
             // Data: at most what the total holds beyond context and module
-            // (an over-release is clamped there, never taken from them).
+            // (an over-release is clamped there; only a reservation of this
+            // slot still being decided can lose bytes to one).
             let floor = sd
                 .context
                 .load(SeqCst)
@@ -579,7 +580,7 @@ pub fn release<E: Env>(
             env.step("release.before_total");
             let mut t = total.load(SeqCst);
             loop {
-                let r = data_of(t, floor, 0).min(bytes);
+                let r = t.saturating_sub(floor).min(bytes);
                 match total.compare_exchange_weak(t, t - r, SeqCst, SeqCst) {
                     Ok(_) => break r,
                     Err(c) => t = c,
