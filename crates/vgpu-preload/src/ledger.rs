@@ -159,11 +159,11 @@ fn zeros(n: u32) -> Box<[Own]> {
 }
 
 /// What this process holds on one device, and a count of its changes, in
-/// one word: the bytes held in the low [`OWN_BYTES`] bits (saturating, 256
-/// TiB) and a change count above them (wrapping), so every reserve and
-/// every release moves the word with one read-modify-write, and a snapshot
-/// that reads the same word before and after the slot's total knows that
-/// no change of this process's record landed in between.
+/// one word: the bytes held in the low [`OWN_BYTES`] bits and a change
+/// count above them (wrapping), so every reserve and every release moves
+/// the word with one read-modify-write, and a snapshot that reads the same
+/// word before and after the slot's total knows that no change of this
+/// process's record landed in between.
 ///
 /// That makes the pair (ours, the slot's) safe to compare for a
 /// write-down by someone else. A release takes its bytes off ours first
@@ -174,6 +174,13 @@ fn zeros(n: u32) -> Box<[Own]> {
 /// after: the same two cases the other way round. So a free racing the
 /// check is never taken for a tenant's write, with no mark of "release
 /// under way" (which cost a second read-modify-write per free).
+///
+/// A change below [`OWN_FAST`] is one locked add, not a compare-exchange
+/// loop (which costs a load and a retry check more on every allocation and
+/// free). Held bytes are exact below [`OWN_SANE`]; the snapshot takes no
+/// pair above it, which covers the moment an over-release (a racing double
+/// free) borrows from the count before its repair, and sizes no device
+/// holds.
 #[derive(Default)]
 struct Own(AtomicU64);
 
@@ -181,14 +188,22 @@ struct Own(AtomicU64);
 const OWN_CHANGE: u64 = 1 << 48;
 /// The bytes field.
 const OWN_BYTES: u64 = OWN_CHANGE - 1;
+/// Changes below this size (1 TiB) are one `fetch_add`; larger ones (a
+/// request no device can back, with no limit to refuse it) saturate in a
+/// compare-exchange loop.
+const OWN_FAST: u64 = 1 << 40;
+/// Above this (128 TiB) the bytes field is not a figure to restore from.
+const OWN_SANE: u64 = 1 << 47;
 
 impl Own {
     /// `(mine, slot total)` read with no change of this process's record
-    /// landing in between; `None` when one did (the next call looks again).
+    /// landing in between; `None` when one did (the next call looks again)
+    /// or the record holds no usable figure.
     fn quiet_snapshot(&self, slot_total: impl Fn() -> u64) -> Option<(u64, u64)> {
         let w = self.0.load(Ordering::SeqCst);
         let total = slot_total();
-        (self.0.load(Ordering::SeqCst) == w).then_some((w & OWN_BYTES, total))
+        let mine = w & OWN_BYTES;
+        (self.0.load(Ordering::SeqCst) == w && mine < OWN_SANE).then_some((mine, total))
     }
 
     /// `bytes` ± `delta` and one more change, one compare-exchange loop.
@@ -203,13 +218,32 @@ impl Own {
 
     /// A reserve of `bytes` succeeded (the slot's total already holds it).
     fn reserved(&self, bytes: u64) {
-        self.change(|b| b.saturating_add(bytes));
+        if bytes < OWN_FAST {
+            // No carry into the count while the field is below `OWN_SANE`.
+            self.0.fetch_add(OWN_CHANGE + bytes, Ordering::SeqCst);
+        } else {
+            self.change(|b| b.saturating_add(bytes));
+        }
     }
 
     /// A release starts: `bytes` fewer held (ours first, then the slot's:
     /// the slot's total never reads below what we record).
     fn released(&self, bytes: u64) {
-        self.change(|b| b.saturating_sub(bytes));
+        if bytes >= OWN_FAST {
+            self.change(|b| b.saturating_sub(bytes));
+            return;
+        }
+        let was = self
+            .0
+            .fetch_add(OWN_CHANGE.wrapping_sub(bytes), Ordering::SeqCst)
+            & OWN_BYTES;
+        if was < bytes {
+            // An over-release borrowed from the count (which did not move)
+            // and left the field near 2^48: adding the shortfall back carries
+            // into the count, so the whole change reads as "one change, down
+            // to 0", whatever landed in between (adds commute).
+            self.0.fetch_add(bytes - was, Ordering::SeqCst);
+        }
     }
 }
 
@@ -1168,6 +1202,39 @@ mod tests {
         assert_eq!(l.region.slot_total(l.slot, 0), 0, "nothing leaked");
         assert_eq!(l.own[0].0.load(Ordering::SeqCst) & OWN_BYTES, 0);
         assert_eq!(l.used(0), 0);
+    }
+
+    /// The one-add changes keep the saturating meaning: an over-release (a
+    /// racing double free) ends at 0 with one change counted, and a size
+    /// past `OWN_FAST` saturates; the snapshot takes no pair from a field
+    /// past `OWN_SANE`.
+    #[test]
+    fn own_record_changes_by_one_add_and_saturates() {
+        let o = Own::default();
+        let read = |o: &Own| {
+            let w = o.0.load(Ordering::SeqCst);
+            (w >> 48, w & OWN_BYTES)
+        };
+        o.reserved(4096);
+        assert_eq!(read(&o), (1, 4096));
+        o.released(8192);
+        assert_eq!(read(&o), (2, 0), "an over-release stops at 0");
+        o.released(1);
+        assert_eq!(read(&o), (3, 0));
+        o.reserved(3 << 20);
+        o.released(1 << 20);
+        assert_eq!(read(&o), (5, 2 << 20));
+        assert_eq!(o.quiet_snapshot(|| 7), Some((2 << 20, 7)));
+        o.reserved(OWN_FAST);
+        o.reserved(OWN_BYTES);
+        assert_eq!(read(&o), (7, OWN_BYTES), "large sizes saturate");
+        assert_eq!(o.quiet_snapshot(|| 0), None, "no figure to restore from");
+        o.released(OWN_BYTES);
+        assert_eq!(read(&o), (8, 0));
+        // The count wraps without touching the bytes.
+        let o = Own(AtomicU64::new(!OWN_BYTES | 5));
+        o.reserved(1);
+        assert_eq!(read(&o), (0, 6));
     }
 
     #[test]
