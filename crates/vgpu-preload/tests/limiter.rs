@@ -484,8 +484,11 @@ fn a_live_change_reaches_every_process_of_the_container() {
     let _x = exclusive();
     let c = container(Some("vgpu-limits 1\ndevice * sm=30\n"));
     let args = ["direct", "kernel", "9000", "500", "async"];
-    let mut a = Tenant::spawn(&c.cache, &args, &c.env(&[]));
-    let mut b = Tenant::spawn(&c.cache, &args, &c.env(&[]));
+    // Info level: each process's "limits file changed" line lands in the
+    // test's output, so a miss shows which process read what, and when.
+    let info = [("LIBCUDA_LOG_LEVEL", "3")];
+    let mut a = Tenant::spawn(&c.cache, &args, &c.env(&info));
+    let mut b = Tenant::spawn(&c.cache, &args, &c.env(&info));
     let pids = [a.pid, b.pid];
     let t0 = vgpu_region::monotonic_ns();
     std::thread::sleep(Duration::from_millis(3000));
